@@ -1,0 +1,76 @@
+package api
+
+import (
+	"encoding/base64"
+	"net/url"
+	"strconv"
+)
+
+// Page sizes of the list endpoints.
+const (
+	DefaultLimit = 100
+	MaxLimit     = 1000
+)
+
+// query parses the query string strictly: URL.Query drops malformed pairs silently, which
+// would turn a mistyped filter into no filter.
+func query(rawQuery string) (url.Values, error) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return nil, newError(codeInvalidQuery, "", "malformed query string: %v", err)
+	}
+	return q, nil
+}
+
+type page struct {
+	limit   int
+	afterID int64
+}
+
+// parsePage reads limit and cursor. The cursor is opaque to clients: base64url of the last id
+// of the previous page. Lists are ordered by id, so a page never repeats or skips an item
+// that existed when the walk began.
+func parsePage(q url.Values) (page, error) {
+	p := page{limit: DefaultLimit}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxLimit {
+			return p, newError(codeInvalidLimit, "limit", "limit must be an integer from 1 to %d", MaxLimit)
+		}
+		p.limit = n
+	}
+	if s := q.Get("cursor"); s != "" {
+		id, ok := decodeCursor(s)
+		if !ok {
+			return p, newError(codeInvalidCursor, "cursor", "cursor is not one this API returned")
+		}
+		p.afterID = id
+	}
+	return p, nil
+}
+
+func encodeCursor(id int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(id, 10)))
+}
+
+func decodeCursor(s string) (int64, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || id < 1 || encodeCursor(id) != s {
+		return 0, false
+	}
+	return id, true
+}
+
+// pageOf cuts rows fetched with limit+1 to limit and returns the cursor of the next page, ""
+// when this is the last.
+func pageOf[T any](rows []T, limit int, id func(T) int64) ([]T, string) {
+	if len(rows) <= limit {
+		return rows, ""
+	}
+	rows = rows[:limit]
+	return rows, encodeCursor(id(rows[limit-1]))
+}

@@ -1,0 +1,164 @@
+// Package app wires tock together: stores, the hot index, the engine and the REST API, with
+// one lifecycle. cmd/tock only parses flags and calls it.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tockd/tock/api"
+	"github.com/tockd/tock/conf"
+	"github.com/tockd/tock/dao"
+	"github.com/tockd/tock/index"
+)
+
+// Version is set at build time with -ldflags "-X github.com/tockd/tock/app.Version=v1.2.3".
+var Version = "dev"
+
+// App is one tock process: API and engine over shared stores.
+type App struct {
+	cfg      conf.Config
+	log      *slog.Logger
+	clock    clockwork.Clock
+	store    *dao.Store
+	rdb      redis.UniversalClient
+	embedded *index.Embedded // nil when a real Redis is configured
+	engine   *Engine
+	server   *http.Server
+	listener net.Listener
+
+	stopOnce sync.Once
+	served   chan error
+}
+
+// OpenStore opens and migrates the configured source-of-truth store.
+func OpenStore(ctx context.Context, cfg conf.Config) (*dao.Store, error) {
+	opts := dao.Options{MySQLDSN: cfg.MySQL.DSN, MaxOpenConns: cfg.MySQL.MaxOpenConns}
+	if cfg.MySQL.DSN == "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("app: create data dir %s: %w", cfg.DataDir, err)
+		}
+		opts.SQLitePath = cfg.SQLitePath()
+	}
+	store, err := dao.Open(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("app: open store: %w", err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		_ = store.Close()
+		return nil, fmt.Errorf("app: migrate schema: %w", err)
+	}
+	return store, nil
+}
+
+// New opens the stores and builds the engine and API; nothing runs until Start.
+func New(ctx context.Context, cfg conf.Config, log *slog.Logger, clk clockwork.Clock) (*App, error) {
+	a := &App{cfg: cfg, log: log, clock: clk, served: make(chan error, 1)}
+	var err error
+	if a.store, err = OpenStore(ctx, cfg); err != nil {
+		return nil, err
+	}
+	if len(cfg.Redis.Addr) == 0 {
+		a.embedded, err = index.NewEmbedded(clk)
+		if err != nil {
+			a.closeStores()
+			return nil, fmt.Errorf("app: start embedded redis: %w", err)
+		}
+		a.rdb = a.embedded.Client()
+	} else {
+		a.rdb = index.NewClient(cfg.Redis)
+	}
+	// With engine.disabled the engine still stamps changed timers into the index (it fires
+	// nothing), so API-only instances keep the index current for the others.
+	a.engine, err = NewEngine(cfg, a.store, a.rdb, clk, log)
+	if err != nil {
+		a.closeStores()
+		return nil, fmt.Errorf("app: build engine: %w", err)
+	}
+	storeName := "mysql"
+	if cfg.MySQL.DSN == "" {
+		storeName = "sqlite"
+	}
+	handler := api.New(api.Deps{
+		Store:   a.store,
+		Clock:   clk,
+		Engine:  a.engine,
+		Log:     log,
+		Version: Version,
+		Checks: []api.Check{
+			{Name: storeName, Fn: a.store.Ping},
+			{Name: "redis", Fn: func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }},
+		},
+	}).Handler()
+	a.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	return a, nil
+}
+
+// Start listens on http.addr and starts the engine; it returns once both run.
+func (a *App) Start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", a.cfg.HTTP.Addr)
+	if err != nil {
+		return fmt.Errorf("app: listen on %s (http.addr): %w", a.cfg.HTTP.Addr, err)
+	}
+	a.listener = ln
+	go func() {
+		err := a.server.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		a.served <- err
+	}()
+	if err := a.engine.Start(ctx); err != nil {
+		return fmt.Errorf("app: start engine: %w", err)
+	}
+	a.log.Info("tock started", "addr", ln.Addr().String(), "instance", a.cfg.InstanceID, "version", Version)
+	return nil
+}
+
+// Addr is the address the API listens on (useful with port 0).
+func (a *App) Addr() string { return a.listener.Addr().String() }
+
+// Served reports the HTTP server's end: nil after Stop, an error if it failed by itself.
+func (a *App) Served() <-chan error { return a.served }
+
+// Stop stops taking requests and timers, waits for work in flight within
+// http.shutdown_timeout, and closes the stores. It is idempotent.
+func (a *App) Stop() {
+	a.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.HTTP.ShutdownTimeout.D())
+		defer cancel()
+		if a.server != nil {
+			if err := a.server.Shutdown(ctx); err != nil {
+				a.log.Warn("http shutdown", "err", err)
+			}
+		}
+		// Producers (API, scheduler) stop before consumers (executor pool) inside Engine.Stop.
+		if a.engine != nil {
+			a.engine.Stop()
+		}
+		a.closeStores()
+		a.log.Info("tock stopped", "instance", a.cfg.InstanceID)
+	})
+}
+
+func (a *App) closeStores() {
+	if a.rdb != nil && a.embedded == nil {
+		_ = a.rdb.Close()
+	}
+	if a.embedded != nil {
+		a.embedded.Close()
+	}
+	if a.store != nil {
+		_ = a.store.Close()
+	}
+}

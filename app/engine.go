@@ -1,0 +1,144 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tockd/tock/conf"
+	"github.com/tockd/tock/dao"
+	"github.com/tockd/tock/executor"
+	"github.com/tockd/tock/index"
+	"github.com/tockd/tock/migrator"
+	"github.com/tockd/tock/scheduler"
+)
+
+// engineStore is what the engine's parts need from dao.Store.
+type engineStore interface {
+	executor.Store
+	migrator.Store
+}
+
+// Engine fires timers: the migrator stamps occurrences into the index, the scheduler takes
+// slices and runs a trigger per slice, triggers hand due occurrences to the executor.
+type Engine struct {
+	cfg   conf.Config
+	log   *slog.Logger
+	idx   *index.Index
+	exec  *executor.Executor
+	mig   *migrator.Migrator
+	sched *scheduler.Scheduler
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+}
+
+// NewEngine builds the engine over store and rdb; nothing runs until Start. With
+// engine.disabled the engine fires nothing, but TimerChanged still stamps the index and the
+// migrator still runs, so an API-only instance keeps the index up to date for the others.
+func NewEngine(cfg conf.Config, store *dao.Store, rdb redis.UniversalClient, clk clockwork.Clock, log *slog.Logger) (*Engine, error) {
+	if store == nil {
+		return nil, errors.New("app: engine needs a store")
+	}
+	return newEngine(cfg, store, rdb, clk, log)
+}
+
+func newEngine(cfg conf.Config, store engineStore, rdb redis.UniversalClient, clk clockwork.Clock, log *slog.Logger) (*Engine, error) {
+	if rdb == nil {
+		return nil, errors.New("app: engine needs a redis client")
+	}
+	if clk == nil {
+		clk = clockwork.NewRealClock()
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("instance", cfg.InstanceID)
+	e := &Engine{cfg: cfg, log: log}
+	e.idx = index.New(rdb, index.NewKeys(cfg.Redis.KeyPrefix, cfg.Engine.Buckets))
+	var err error
+	e.mig, err = migrator.New(migrator.Config{
+		Step:   cfg.Engine.MigrateStep.D(),
+		Window: cfg.Engine.MigrateWindow.D(),
+		Clock:  clk,
+		Logger: log,
+	}, store, e.idx)
+	if err != nil {
+		return nil, fmt.Errorf("app: engine: %w", err)
+	}
+	if cfg.Engine.Disabled {
+		return e, nil
+	}
+	e.exec, err = executor.New(executor.Config{
+		InstanceID:           cfg.InstanceID,
+		PoolSize:             cfg.Engine.PoolSize,
+		ResponseExcerptBytes: cfg.Engine.ResponseExcerptBytes,
+		StopTimeout:          cfg.HTTP.ShutdownTimeout.D(),
+		Clock:                clk,
+		Logger:               log,
+	}, store)
+	if err != nil {
+		return nil, fmt.Errorf("app: engine: %w", err)
+	}
+	e.sched, err = scheduler.New(scheduler.Config{Buckets: cfg.Engine.Buckets, Clock: clk, Logger: log}, e.idx, e.exec)
+	if err != nil {
+		e.exec.Stop()
+		return nil, fmt.Errorf("app: engine: %w", err)
+	}
+	return e, nil
+}
+
+// Start starts the migrator, then the scheduler; it returns at once. The engine runs until
+// Stop, whatever becomes of ctx.
+func (e *Engine) Start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started || e.stopped {
+		return errors.New("app: engine already started")
+	}
+	e.started = true
+	if err := e.mig.Start(ctx); err != nil {
+		return fmt.Errorf("app: start migrator: %w", err)
+	}
+	if e.sched != nil {
+		if err := e.sched.Start(ctx); err != nil {
+			e.mig.Stop()
+			return fmt.Errorf("app: start scheduler: %w", err)
+		}
+	}
+	e.log.Info("engine started", "buckets", e.cfg.Engine.Buckets, "pool_size", e.cfg.Engine.PoolSize,
+		"fires_timers", e.sched != nil)
+	return nil
+}
+
+// Stop stops producers before consumers: the scheduler and its triggers (releasing the
+// locks of slices not completed), the migrator, then the executor, which lets callbacks in
+// flight finish within http.shutdown_timeout. It blocks until all are gone; idempotent.
+func (e *Engine) Stop() {
+	e.mu.Lock()
+	if e.stopped {
+		e.mu.Unlock()
+		return
+	}
+	e.stopped = true
+	e.mu.Unlock()
+	if e.sched != nil {
+		e.sched.Stop()
+	}
+	e.mig.Stop()
+	if e.exec != nil {
+		e.exec.Stop()
+	}
+}
+
+// TimerChanged stamps (or unstamps) a timer's upcoming occurrences after the API changed
+// it: before is nil on create, after.Status is "deleted" on delete.
+func (e *Engine) TimerChanged(ctx context.Context, before *dao.Timer, after dao.Timer) error {
+	return e.mig.TimerChanged(ctx, before, after)
+}

@@ -1,0 +1,362 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/panjf2000/ants/v2"
+
+	"github.com/tockd/tock/dao"
+	"github.com/tockd/tock/schedule"
+)
+
+// ErrStopped is returned by Submit once Stop has begun.
+var ErrStopped = errors.New("executor: stopped")
+
+// Store is what the executor needs from dao.Store.
+type Store interface {
+	GetTimer(ctx context.Context, id int64) (dao.Timer, error)
+	ClaimExecution(ctx context.Context, p dao.ClaimParams) (existing dao.Execution, claimed bool, err error)
+	FinishExecution(ctx context.Context, p dao.FinishParams) error
+	CompleteOneShot(ctx context.Context, id, version, nowMS int64) error
+}
+
+// Config configures an Executor. Zero fields take the defaults named.
+type Config struct {
+	// InstanceID is written as the owner of the executions this process claims. Required.
+	InstanceID string
+	// PoolSize is the number of callbacks run at once (the ants pool), and the HTTP client's
+	// idle connections per host. Default 256.
+	PoolSize int
+	// ResponseExcerptBytes bounds the response body read and kept per execution; 0 keeps none
+	// (conf's default is 1024).
+	ResponseExcerptBytes int
+	// StopTimeout bounds how long Stop waits for callbacks in flight before cancelling them.
+	// Default 10s.
+	StopTimeout time.Duration
+	// Clock reads time for claims, results and durations. Default: the real clock.
+	Clock clockwork.Clock
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Transport replaces the HTTP transport (tests). Default: a clone of
+	// http.DefaultTransport sized for the pool.
+	Transport http.RoundTripper
+}
+
+func (c Config) withDefaults() Config {
+	if c.PoolSize <= 0 {
+		c.PoolSize = 256
+	}
+	if c.ResponseExcerptBytes < 0 {
+		c.ResponseExcerptBytes = 0
+	}
+	if c.StopTimeout <= 0 {
+		c.StopTimeout = 10 * time.Second
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Occurrence is one scheduled time of one timer, as read from the index.
+type Occurrence struct {
+	TimerID     int64
+	ScheduledMS int64
+}
+
+// Key is the occurrence's idempotency key.
+func (o Occurrence) Key() string { return dao.Key(o.TimerID, o.ScheduledMS) }
+
+// Outcome says how an occurrence ended in the executor.
+type Outcome string
+
+const (
+	// Succeeded: the callback answered 2xx and the execution is recorded.
+	Succeeded Outcome = "succeeded"
+	// Failed: the callback failed (non-2xx, timeout, connection error) and it is recorded.
+	Failed Outcome = "failed"
+	// Skipped: not called, and nothing left to do: the occurrence already has an execution,
+	// or the timer no longer has it (disabled, deleted, rescheduled).
+	Skipped Outcome = "skipped"
+	// Unrecorded: the store failed, so the occurrence may have no record; it must be tried
+	// again (the trigger leaves its slice incomplete).
+	Unrecorded Outcome = "unrecorded"
+)
+
+// Result is what became of one occurrence.
+type Result struct {
+	Occurrence
+	Outcome    Outcome
+	Reason     string // why it was skipped or failed
+	HTTPStatus int
+	Err        error // set when Unrecorded
+}
+
+// Recorded reports whether the occurrence is settled in the store.
+func (r Result) Recorded() bool { return r.Outcome != Unrecorded }
+
+// Executor runs occurrences on a bounded pool: it checks each against the timer's current
+// definition, claims it in the store, calls the callback and records the result.
+type Executor struct {
+	cfg    Config
+	store  Store
+	clk    clockwork.Clock
+	log    *slog.Logger
+	client *http.Client
+	pool   *ants.Pool
+
+	sem      chan struct{} // bounds tasks submitted and not finished to PoolSize
+	inFlight atomic.Int64
+
+	// base is the context of every execution: cancelled only when Stop gives up waiting.
+	base       context.Context
+	cancelBase context.CancelFunc
+
+	mu       sync.RWMutex
+	stopped  bool
+	stopping chan struct{}
+	tasks    sync.WaitGroup
+	stopOnce sync.Once
+}
+
+// New builds an executor; it runs nothing until Submit or Execute.
+func New(cfg Config, store Store) (*Executor, error) {
+	cfg = cfg.withDefaults()
+	if cfg.InstanceID == "" {
+		return nil, errors.New("executor: InstanceID is required")
+	}
+	log := cfg.Logger.With("component", "executor")
+	pool, err := ants.NewPool(cfg.PoolSize, ants.WithPanicHandler(func(p any) {
+		// Tasks recover their own panics; this only guards the pool's goroutines.
+		log.Error("executor pool task panicked", "panic", fmt.Sprint(p))
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("executor: create pool of %d: %w", cfg.PoolSize, err)
+	}
+	transport := cfg.Transport
+	if transport == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns = 2 * cfg.PoolSize
+		t.MaxIdleConnsPerHost = cfg.PoolSize
+		transport = t
+	}
+	base, cancel := context.WithCancel(context.Background())
+	return &Executor{
+		cfg:   cfg,
+		store: store,
+		clk:   cfg.Clock,
+		log:   log,
+		client: &http.Client{
+			Transport: transport,
+			// A redirect is an answer like any non-2xx: following it would turn a POST into a
+			// GET and call a URL the user did not configure.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		pool:       pool,
+		sem:        make(chan struct{}, cfg.PoolSize),
+		base:       base,
+		cancelBase: cancel,
+		stopping:   make(chan struct{}),
+	}, nil
+}
+
+// Submit runs occ on the pool and calls done with its result from the pool's goroutine (done
+// must not block for long). It waits while PoolSize occurrences are running, until ctx ends;
+// ErrStopped once Stop has begun. When Submit returns an error, done is never called.
+func (e *Executor) Submit(ctx context.Context, occ Occurrence, done func(Result)) error {
+	e.inFlight.Add(1)
+	select {
+	case e.sem <- struct{}{}:
+	case <-ctx.Done():
+		e.inFlight.Add(-1)
+		return ctx.Err()
+	case <-e.stopping:
+		e.inFlight.Add(-1)
+		return ErrStopped
+	}
+	e.mu.RLock()
+	if e.stopped {
+		e.mu.RUnlock()
+		<-e.sem
+		e.inFlight.Add(-1)
+		return ErrStopped
+	}
+	e.tasks.Add(1)
+	e.mu.RUnlock()
+	err := e.pool.Submit(func() {
+		defer e.tasks.Done()
+		defer e.inFlight.Add(-1) // before tasks.Done: nothing is in flight once Stop returns
+		res := e.Execute(e.base, occ)
+		<-e.sem
+		done(res)
+	})
+	if err != nil {
+		e.tasks.Done()
+		<-e.sem
+		e.inFlight.Add(-1)
+		return fmt.Errorf("executor: submit %s: %w", occ.Key(), err)
+	}
+	return nil
+}
+
+// InFlight is the number of occurrences submitted whose done has not returned yet.
+func (e *Executor) InFlight() int { return int(e.inFlight.Load()) }
+
+// Stop refuses new work, waits up to StopTimeout for the callbacks in flight, then cancels
+// them (they are recorded as failed) and waits for them to end. Idempotent.
+func (e *Executor) Stop() {
+	e.stopOnce.Do(func() {
+		e.mu.Lock()
+		e.stopped = true
+		close(e.stopping)
+		e.mu.Unlock()
+
+		drained := make(chan struct{})
+		go func() { e.tasks.Wait(); close(drained) }()
+		// A real timer on purpose: this bounds a shutdown in wall time, whatever the clock.
+		grace := time.NewTimer(e.cfg.StopTimeout)
+		select {
+		case <-drained:
+			grace.Stop()
+		case <-grace.C:
+			e.log.Warn("callbacks still running at stop; cancelling them", "in_flight", e.InFlight())
+			e.cancelBase()
+			<-drained
+		}
+		e.cancelBase()
+		if err := e.pool.ReleaseTimeout(5 * time.Second); err != nil {
+			e.log.Warn("executor pool release", "err", err)
+		}
+		e.client.CloseIdleConnections()
+	})
+}
+
+// Execute runs one occurrence synchronously:
+//
+//  1. load the timer; skip unless it is enabled and its current schedule has the occurrence
+//     (so an occurrence stamped for an older definition never fires);
+//  2. claim the occurrence in the store at the loaded version (atomic: one row per
+//     (timer, scheduled time); an occurrence that has a row is never called again);
+//  3. call the callback (one attempt) and record the result;
+//  4. a one-shot whose execution ended becomes completed.
+//
+// Retries (the reliability issue) belong between 3 and 4: further attempts of a claimed
+// execution, each through attempt().
+func (e *Executor) Execute(ctx context.Context, occ Occurrence) (res Result) {
+	res.Occurrence = occ
+	defer func() {
+		if p := recover(); p != nil {
+			e.log.Error("executor panicked", "timer_id", occ.TimerID, "scheduled_ms", occ.ScheduledMS, "panic", fmt.Sprint(p))
+			res = Result{Occurrence: occ, Outcome: Unrecorded, Err: fmt.Errorf("executor: panic: %v", p)}
+		}
+	}()
+
+	t, err := e.store.GetTimer(ctx, occ.TimerID)
+	if errors.Is(err, dao.ErrNotFound) {
+		return e.skip(occ, "timer deleted")
+	}
+	if err != nil {
+		return e.unrecorded(occ, "load timer", err)
+	}
+	if t.Status != dao.StatusEnabled {
+		return e.skip(occ, "timer "+t.Status)
+	}
+	sched, err := schedule.Parse(schedule.Spec(t.Schedule), time.UnixMilli(t.AnchorMS))
+	if err != nil {
+		e.log.Error("stored schedule does not parse", "timer_id", t.ID, "err", err)
+		return e.skip(occ, "invalid schedule")
+	}
+	if !schedule.Has(sched, time.UnixMilli(occ.ScheduledMS)) {
+		return e.skip(occ, "not an occurrence of the timer's current schedule")
+	}
+
+	exec, claimed, err := e.store.ClaimExecution(ctx, dao.ClaimParams{
+		TimerID:      occ.TimerID,
+		ScheduledMS:  occ.ScheduledMS,
+		TimerVersion: t.Version,
+		Owner:        e.cfg.InstanceID,
+		NowMS:        e.clk.Now().UnixMilli(),
+	})
+	if err != nil {
+		return e.unrecorded(occ, "claim", err)
+	}
+	if !claimed {
+		if exec.ID == 0 {
+			return e.skip(occ, "timer changed")
+		}
+		// A one-shot whose execution ended earlier but was not completed (the store failed
+		// then) is completed now, so it stops being stamped.
+		if sched.Kind() == schedule.KindAt && (exec.Status == dao.ExecSucceeded || exec.Status == dao.ExecFailed) {
+			if err := e.completeOneShot(ctx, t.ID, t.Version); err != nil {
+				return e.unrecorded(occ, "complete one-shot", err)
+			}
+		}
+		return e.skip(occ, "already executed (execution "+fmt.Sprint(exec.ID)+", "+exec.Status+")")
+	}
+
+	a := e.attempt(ctx, t, occ, exec.Attempt)
+	res = Result{Occurrence: occ, Outcome: Succeeded, HTTPStatus: a.httpStatus}
+	status := dao.ExecSucceeded
+	if !a.ok() {
+		res.Outcome, res.Reason, status = Failed, a.err, dao.ExecFailed
+	}
+	wctx, cancel := writeContext(ctx)
+	defer cancel()
+	err = e.store.FinishExecution(wctx, dao.FinishParams{
+		ID:         exec.ID,
+		Owner:      e.cfg.InstanceID,
+		Status:     status,
+		HTTPStatus: a.httpStatus,
+		Error:      a.err,
+		Response:   a.response,
+		DurationMS: a.duration.Milliseconds(),
+		NowMS:      e.clk.Now().UnixMilli(),
+	})
+	if err != nil {
+		return e.unrecorded(occ, "record result", err)
+	}
+	if sched.Kind() == schedule.KindAt {
+		if err := e.completeOneShot(ctx, t.ID, t.Version); err != nil {
+			return e.unrecorded(occ, "complete one-shot", err)
+		}
+	}
+	e.log.Debug("occurrence executed", "timer_id", occ.TimerID, "scheduled_at", schedule.FormatTime(time.UnixMilli(occ.ScheduledMS)),
+		"status", status, "http_status", a.httpStatus, "duration_ms", a.duration.Milliseconds(), "error", a.err)
+	return res
+}
+
+func (e *Executor) completeOneShot(ctx context.Context, id, version int64) error {
+	wctx, cancel := writeContext(ctx)
+	defer cancel()
+	return e.store.CompleteOneShot(wctx, id, version, e.clk.Now().UnixMilli())
+}
+
+// writeContext outlives a cancelled execution context for a few seconds, so a callback cut
+// short at shutdown still gets its result recorded.
+func writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+}
+
+func (e *Executor) skip(occ Occurrence, reason string) Result {
+	e.log.Debug("occurrence skipped", "timer_id", occ.TimerID, "scheduled_ms", occ.ScheduledMS, "reason", reason)
+	return Result{Occurrence: occ, Outcome: Skipped, Reason: reason}
+}
+
+func (e *Executor) unrecorded(occ Occurrence, doing string, err error) Result {
+	err = fmt.Errorf("executor: %s %s: %w", doing, occ.Key(), err)
+	if !errors.Is(err, context.Canceled) {
+		e.log.Warn("occurrence not recorded", "timer_id", occ.TimerID, "scheduled_ms", occ.ScheduledMS, "err", err)
+	}
+	return Result{Occurrence: occ, Outcome: Unrecorded, Err: err}
+}

@@ -1,0 +1,249 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tockd/tock/index"
+	"github.com/tockd/tock/trigger"
+)
+
+// Lock timing, in slice lengths T (one minute).
+const (
+	// LockTTL: a slice's lock expires 1.5T after the slice starts unless its run completes.
+	// Between 1T and 2T, so an incomplete run's lock is free again during the next minute,
+	// when the slice is that minute's previous slice and is re-run.
+	LockTTL = index.SliceLen * 3 / 2
+	// DoneTTL: a completed run extends its lock to 2.5T from then, past the next minute, so
+	// the previous-slice pass never runs a completed slice again.
+	DoneTTL = index.SliceLen * 5 / 2
+	// Margin: a trigger stops working its slice this long before its lock can expire, so
+	// no two instances work one slice at once (clocks must agree within it).
+	Margin = 5 * time.Second
+)
+
+// Config configures a Scheduler.
+type Config struct {
+	// Buckets is the number of slices per minute. Required, the same on every instance.
+	Buckets int
+	// Grace and Poll are passed to the triggers (trigger.DefaultGrace, DefaultPoll).
+	Grace, Poll time.Duration
+	Clock       clockwork.Clock
+	Logger      *slog.Logger
+}
+
+// Scheduler takes the slices of the current and previous minute each second and runs a
+// trigger for each slice it gets.
+type Scheduler struct {
+	cfg  Config
+	idx  *index.Index
+	rdb  redis.UniversalClient
+	keys index.Keys
+	exec trigger.Submitter
+	clk  clockwork.Clock
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]bool // lock keys of slices this process is working
+	runCtx  context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	started bool
+	stopped bool
+}
+
+// New returns a scheduler over idx that submits to exec; nothing runs until Start.
+func New(cfg Config, idx *index.Index, exec trigger.Submitter) (*Scheduler, error) {
+	if cfg.Buckets < 1 {
+		return nil, fmt.Errorf("scheduler: buckets %d: must be at least 1", cfg.Buckets)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Scheduler{
+		cfg:     cfg,
+		idx:     idx,
+		rdb:     idx.Client(),
+		keys:    idx.Keys(),
+		exec:    exec,
+		clk:     cfg.Clock,
+		log:     cfg.Logger.With("component", "scheduler"),
+		running: map[string]bool{},
+	}, nil
+}
+
+// Start begins taking slices every second, aligned to the clock's whole seconds. It returns
+// at once. The scheduler and its triggers run until Stop (not until ctx ends: ctx only
+// carries values).
+func (s *Scheduler) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("scheduler: already started")
+	}
+	s.started = true
+	s.runCtx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.wg.Add(1)
+	go s.loop(s.runCtx)
+	return nil
+}
+
+// Stop stops taking slices, cancels the triggers and waits for them; the locks of slices
+// not completed are released, so another instance takes them over at once. Idempotent.
+func (s *Scheduler) Stop() {
+	s.mu.Lock()
+	if !s.started || s.stopped {
+		s.stopped = true
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	s.cancel()
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// Running is the number of slices this process is working.
+func (s *Scheduler) Running() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.running)
+}
+
+func (s *Scheduler) loop(ctx context.Context) {
+	defer s.wg.Done()
+	var timer clockwork.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	failing := false
+	for {
+		now := s.clk.Now()
+		err := s.RunOnce(ctx, now)
+		if err != nil && !failing && ctx.Err() == nil {
+			s.log.Warn("taking slices failed; retrying every second", "err", err)
+		}
+		failing = err != nil
+		// The next whole second, from the clock after the work: a slow pass skips a tick
+		// instead of running twice in a row.
+		now = s.clk.Now()
+		wait := now.Truncate(time.Second).Add(time.Second).Sub(now)
+		if timer == nil {
+			timer = s.clk.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.Chan():
+		}
+	}
+}
+
+// RunOnce tries, for every bucket starting at a random one (so instances spread over the
+// buckets), the current minute's slice and the previous minute's, and starts a trigger for
+// each lock it gets. The previous slice's lock is free only if its run did not complete
+// (or never happened): it is run again. It stops at the first Redis error.
+func (s *Scheduler) RunOnce(ctx context.Context, now time.Time) error {
+	cur := index.SliceStart(now)
+	off := rand.IntN(s.cfg.Buckets)
+	for i := range s.cfg.Buckets {
+		b := (off + i) % s.cfg.Buckets
+		current := index.Slice{Start: cur, Bucket: b}
+		// The current slice's lock expires LockTTL after the slice's start, whenever it is
+		// taken, so that an incomplete run is retried within the next minute; a previous
+		// slice gets a full LockTTL for its re-run.
+		if err := s.take(ctx, current, current.Start.Add(LockTTL).Sub(now), now); err != nil {
+			return err
+		}
+		if err := s.take(ctx, current.Prev(), LockTTL, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Scheduler) take(ctx context.Context, sl index.Slice, ttl time.Duration, now time.Time) error {
+	key := s.keys.SliceLock(sl)
+	s.mu.Lock()
+	if s.running[key] || s.stopped {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	lock, ok, err := index.TryLock(ctx, s.rdb, key, ttl, now)
+	if err != nil || !ok {
+		return err
+	}
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		s.release(lock, sl)
+		return nil
+	}
+	s.running[key] = true
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go s.work(ctx, sl, lock)
+	return nil
+}
+
+// work runs the slice's trigger, then extends the lock past 2T when the run completed, or
+// releases it when the run was cut short by Stop.
+func (s *Scheduler) work(ctx context.Context, sl index.Slice, lock *index.Lock) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.running, lock.Key)
+		s.mu.Unlock()
+	}()
+	s.log.Debug("slice taken", "slice", sl.String(), "lock_expiry", lock.Expiry())
+	sum := trigger.New(trigger.Config{
+		Slice:    sl,
+		Deadline: lock.Expiry().Add(-Margin),
+		Grace:    s.cfg.Grace,
+		Poll:     s.cfg.Poll,
+		Clock:    s.clk,
+		Logger:   s.cfg.Logger,
+	}, s.idx, s.exec).Run(ctx)
+
+	if sum.Complete {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		ok, err := lock.Extend(wctx, DoneTTL, s.clk.Now())
+		switch {
+		case err != nil:
+			s.log.Warn("extend completed slice lock; the slice may run again", "slice", sl.String(), "err", err)
+		case !ok:
+			s.log.Warn("completed slice lock was lost; the slice may run again", "slice", sl.String())
+		default:
+			s.log.Debug("slice done", "slice", sl.String(), "succeeded", sum.Succeeded, "failed", sum.Failed, "skipped", sum.Skipped)
+		}
+		return
+	}
+	if ctx.Err() != nil {
+		s.release(lock, sl)
+	}
+}
+
+func (s *Scheduler) release(lock *index.Lock, sl index.Slice) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := lock.Release(ctx); err != nil {
+		s.log.Warn("release slice lock at stop", "slice", sl.String(), "err", err)
+	}
+}

@@ -1,0 +1,208 @@
+package test
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// plannedTimer is what the scenario created and what it expects of it.
+type plannedTimer struct {
+	id       int64
+	oneShot  bool
+	at       time.Time     // one-shot due time
+	first    time.Time     // periodic: first occurrence (next_fire_at at creation)
+	period   time.Duration // periodic
+	disStart time.Time     // periodic: just before the disable call
+	disDone  time.Time     // periodic: after the disable call returned
+}
+
+type scenario struct {
+	periodic int // every-1s timers
+	cron     int // every-second cron in a non-UTC zone
+	oneShots int // due within the next seconds
+	run      time.Duration
+	// runUntil, when set, overrides run: keep firing until this wall time.
+	runUntil func(created time.Time) time.Time
+}
+
+// margin is how long before a disable an occurrence must already have been delivered. The
+// engine's lateness is milliseconds; seconds keep the test free of timing flakes.
+const margin = 2 * time.Second
+
+// runFiring creates the scenario's timers through api[0], lets them fire, disables the periodic
+// ones (spreading the calls over every instance), and checks every delivery: all expected
+// occurrences arrived exactly once with the right headers, none early, none after its timer was
+// disabled. It returns the deliveries and the executions of every timer by instance.
+func runFiring(t *testing.T, apis []client, recv *receiver, sc scenario) ([]delivery, map[string]int) {
+	t.Helper()
+	app := uniqueApp("e2e")
+	var planned []*plannedTimer
+	create := func(i int, body map[string]any) timerJSON {
+		body["app"] = app
+		body["name"] = fmt.Sprintf("t-%04d", i)
+		var tj timerJSON
+		if code := apis[i%len(apis)].do("POST", "/api/v1/timers", body, &tj); code != 201 {
+			t.Fatalf("create %d: status %d", i, code)
+		}
+		return tj
+	}
+	callback := func(i int) map[string]any {
+		return map[string]any{
+			"url": recv.srv.URL + "/hook", "method": "PUT", "body": fmt.Sprintf(`{"n":%d}`, i),
+			"headers": map[string]string{"X-Custom": "v" + strconv.Itoa(i)},
+		}
+	}
+	n := 0
+	for i := 0; i < sc.periodic; i++ {
+		tj := create(n, map[string]any{"schedule": map[string]any{"every": "1s"}, "callback": callback(n)})
+		planned = append(planned, &plannedTimer{id: tj.ID, first: mustParseTime(t, *tj.NextFireAt), period: time.Second})
+		n++
+	}
+	for i := 0; i < sc.cron; i++ {
+		tj := create(n, map[string]any{"schedule": map[string]any{"cron": "* * * * * *", "timezone": "Asia/Kathmandu"}, "callback": callback(n)})
+		planned = append(planned, &plannedTimer{id: tj.ID, first: mustParseTime(t, *tj.NextFireAt), period: time.Second})
+		n++
+	}
+	for i := 0; i < sc.oneShots; i++ {
+		// Odd milliseconds, so firing at the millisecond (not the next poll) is what is tested.
+		at := time.Now().Add(time.Second + time.Duration(i*37%3000)*time.Millisecond).Truncate(time.Millisecond)
+		tj := create(n, map[string]any{"schedule": map[string]any{"at": at.UTC().Format(time.RFC3339Nano)}, "callback": callback(n)})
+		planned = append(planned, &plannedTimer{id: tj.ID, oneShot: true, at: at})
+		n++
+	}
+	created := time.Now()
+	until := created.Add(sc.run)
+	if sc.runUntil != nil {
+		until = sc.runUntil(created)
+	}
+	time.Sleep(time.Until(until))
+
+	var wg sync.WaitGroup
+	for i, p := range planned {
+		if p.oneShot {
+			continue
+		}
+		wg.Add(1)
+		go func(i int, p *plannedTimer) {
+			defer wg.Done()
+			p.disStart = time.Now()
+			var tj timerJSON
+			if code := apis[i%len(apis)].do("POST", fmt.Sprintf("/api/v1/timers/%d/disable", p.id), nil, &tj); code != 200 || tj.Status != "disabled" {
+				t.Errorf("disable %d: %d %s", p.id, code, tj.Status)
+			}
+			p.disDone = time.Now()
+		}(i, p)
+	}
+	wg.Wait()
+	// Callbacks already in flight may still land; then nothing more may come.
+	time.Sleep(1500 * time.Millisecond)
+
+	byTimer := map[int64]map[int64]int{}
+	all := recv.deliveries()
+	for _, d := range all {
+		if byTimer[d.TimerID] == nil {
+			byTimer[d.TimerID] = map[int64]int{}
+		}
+		byTimer[d.TimerID][d.ScheduledMS]++
+		if d.Attempt != "1" || d.Key != fmt.Sprintf("%d:%d", d.TimerID, d.ScheduledMS) || !scheduledAtFormat.MatchString(d.ScheduledAt) {
+			t.Errorf("bad headers: %+v", d)
+		}
+		if d.Method != "PUT" || d.Custom == "" || d.Body == "" {
+			t.Errorf("callback not sent verbatim: %+v", d)
+		}
+		if d.Arrived.Before(time.UnixMilli(d.ScheduledMS)) {
+			t.Errorf("timer %d occurrence %s arrived early at %s", d.TimerID, d.ScheduledAt, d.Arrived.Format(time.RFC3339Nano))
+		}
+	}
+	expected, dup := 0, 0
+	for _, p := range planned {
+		got := byTimer[p.id]
+		for ms, c := range got {
+			if c > 1 {
+				dup++
+				t.Errorf("timer %d occurrence %d delivered %d times", p.id, ms, c)
+			}
+		}
+		if p.oneShot {
+			expected++
+			if len(got) != 1 || got[p.at.UnixMilli()] != 1 {
+				t.Errorf("one-shot %d due %s: deliveries %v", p.id, p.at.Format(time.RFC3339Nano), got)
+			}
+			continue
+		}
+		for ms := range got {
+			s := time.UnixMilli(ms)
+			if s.Before(p.first) || s.Sub(p.first)%p.period != 0 {
+				t.Errorf("timer %d fired %s, not an occurrence of its schedule", p.id, s.Format(time.RFC3339Nano))
+			}
+			if s.After(p.disDone) {
+				t.Errorf("timer %d fired occurrence %s scheduled after its disable returned at %s", p.id, s.Format(time.RFC3339Nano), p.disDone.Format(time.RFC3339Nano))
+			}
+		}
+		for s := p.first; s.Before(p.disStart.Add(-margin)); s = s.Add(p.period) {
+			expected++
+			if got[s.UnixMilli()] == 0 {
+				t.Errorf("timer %d: occurrence %s never arrived", p.id, s.Format(time.RFC3339Nano))
+			}
+		}
+	}
+	t.Logf("%d timers, %d expected occurrences, %d deliveries, %d duplicates; %s", len(planned), expected, len(all), dup, lateness(all))
+	if expected == 0 {
+		t.Fatal("the scenario expected nothing: it tests nothing")
+	}
+
+	// One-shots end completed; the executions API shows what ran, where and when.
+	instances := map[string]int{}
+	for _, p := range planned {
+		if p.oneShot {
+			waitUntil(t, time.Now().Add(10*time.Second), "one-shot completed", func() bool {
+				var tj timerJSON
+				apis[0].do("GET", fmt.Sprintf("/api/v1/timers/%d", p.id), nil, &tj)
+				return tj.Status == "completed"
+			})
+		}
+		execs := apis[0].executions(p.id)
+		if len(execs) != len(byTimer[p.id]) {
+			t.Errorf("timer %d: %d executions recorded, %d deliveries", p.id, len(execs), len(byTimer[p.id]))
+		}
+		for _, e := range execs {
+			instances[e.Instance]++
+			if e.Status != "succeeded" || e.Attempt != 1 || e.HTTPStatus != 204 || e.StartedAt == nil || e.FinishedAt == nil {
+				t.Errorf("timer %d execution %+v", p.id, e)
+				continue
+			}
+			if mustParseTime(t, *e.StartedAt).Before(mustParseTime(t, e.ScheduledAt)) {
+				t.Errorf("execution %d started before its scheduled time", e.ID)
+			}
+		}
+	}
+	return all, instances
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestFiringEmbeddedRealClock(t *testing.T) {
+	t.Parallel()
+	recv := newReceiver(t)
+	api := startApp(t, embeddedBackend().config(t, "embedded-1"))
+	runFiring(t, []client{api}, recv, scenario{periodic: 150, cron: 20, oneShots: 60, run: 6 * time.Second})
+}
+
+func TestFiringMariaDBRedisRealClock(t *testing.T) {
+	t.Parallel()
+	b := realBackend(t)
+	recv := newReceiver(t)
+	api := startApp(t, b.config(t, "real-1"))
+	runFiring(t, []client{api}, recv, scenario{periodic: 150, cron: 20, oneShots: 60, run: 6 * time.Second})
+}
