@@ -118,6 +118,7 @@ type Executor struct {
 
 	sem      chan struct{} // bounds tasks submitted and not finished to PoolSize
 	inFlight atomic.Int64
+	active   sync.Map // occurrence keys being executed by this process
 
 	// base is the context of every execution: cancelled only when Stop gives up waiting.
 	base       context.Context
@@ -255,6 +256,13 @@ func (e *Executor) Stop() {
 // execution, each through attempt().
 func (e *Executor) Execute(ctx context.Context, occ Occurrence) (res Result) {
 	res.Occurrence = occ
+	// One occurrence runs at most once at a time in this process; that makes it safe below to
+	// adopt a running row this instance owns (its earlier run here has ended).
+	// The run in flight records the occurrence for its own trigger.
+	if _, busy := e.active.LoadOrStore(occ.Key(), struct{}{}); busy {
+		return e.skip(occ, "already running in this process")
+	}
+	defer e.active.Delete(occ.Key())
 	defer func() {
 		if p := recover(); p != nil {
 			e.log.Error("executor panicked", "timer_id", occ.TimerID, "scheduled_ms", occ.ScheduledMS, "panic", fmt.Sprint(p))
@@ -291,6 +299,13 @@ func (e *Executor) Execute(ctx context.Context, occ Occurrence) (res Result) {
 	if err != nil {
 		return e.unrecorded(occ, "claim", err)
 	}
+	if !claimed && exec.Status == dao.ExecRunning && exec.Owner == e.cfg.InstanceID && exec.TimerVersion == t.Version {
+		// Claimed here before, but the claim's answer or the result's write was lost (store
+		// timeout): no run of it is in flight here, so run it now rather than leave it running
+		// forever. Executions owned by other instances are the takeover's (reliability issue).
+		claimed = true
+		e.log.Info("adopting an unfinished execution of this instance", "execution_id", exec.ID, "key", occ.Key())
+	}
 	if !claimed {
 		if exec.ID == 0 {
 			return e.skip(occ, "timer changed")
@@ -311,9 +326,7 @@ func (e *Executor) Execute(ctx context.Context, occ Occurrence) (res Result) {
 	if !a.ok() {
 		res.Outcome, res.Reason, status = Failed, a.err, dao.ExecFailed
 	}
-	wctx, cancel := writeContext(ctx)
-	defer cancel()
-	err = e.store.FinishExecution(wctx, dao.FinishParams{
+	finish := dao.FinishParams{
 		ID:         exec.ID,
 		Owner:      e.cfg.InstanceID,
 		Status:     status,
@@ -322,7 +335,17 @@ func (e *Executor) Execute(ctx context.Context, occ Occurrence) (res Result) {
 		Response:   a.response,
 		DurationMS: a.duration.Milliseconds(),
 		NowMS:      e.clk.Now().UnixMilli(),
-	})
+	}
+	// The callback has been made: try hard to record it, since a lost result means calling
+	// it again later.
+	for try := 1; ; try++ {
+		wctx, cancel := writeContext(ctx)
+		err = e.store.FinishExecution(wctx, finish)
+		cancel()
+		if err == nil || errors.Is(err, dao.ErrNotFound) || try == finishTries {
+			break
+		}
+	}
 	if err != nil {
 		return e.unrecorded(occ, "record result", err)
 	}
@@ -341,6 +364,9 @@ func (e *Executor) completeOneShot(ctx context.Context, id, version int64) error
 	defer cancel()
 	return e.store.CompleteOneShot(wctx, id, version, e.clk.Now().UnixMilli())
 }
+
+// finishTries bounds the attempts to record one result.
+const finishTries = 3
 
 // writeContext outlives a cancelled execution context for a few seconds, so a callback cut
 // short at shutdown still gets its result recorded.

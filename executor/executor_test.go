@@ -350,6 +350,42 @@ func TestExecute(t *testing.T) {
 		if rcv.calls.Load() != 1 {
 			t.Fatalf("%d calls, want 1 (claim failed before the call, finish after it)", rcv.calls.Load())
 		}
+		// The row is left running by this instance: the next try adopts it, calls again
+		// (at least once) and records the result.
+		if res := b.exec.Execute(ctx, occ); res.Outcome != executor.Succeeded {
+			t.Fatalf("retry after a lost result: %+v, want succeeded", res)
+		}
+		if e := b.executions(t, tm.ID); len(e) != 1 || e[0].Status != dao.ExecSucceeded || rcv.calls.Load() != 2 {
+			t.Fatalf("executions %+v, %d calls: want one succeeded execution after 2 calls", e, rcv.calls.Load())
+		}
+	})
+
+	t.Run("LostClaimAnswerIsAdoptedByItsOwner", func(t *testing.T) {
+		t.Parallel()
+		ds := daotest.SQLite(t)
+		fs := &failingStore{Store: ds}
+		b := setup(t, fs, executor.Config{})
+		b.store = ds
+		rcv := newReceiver(t, nil)
+		tm := b.createTimer(t, everySecond, dao.Callback{URL: rcv.URL})
+		occ := executor.Occurrence{TimerID: tm.ID, ScheduledMS: t0.Add(time.Second).UnixMilli()}
+		fs.loseClaimAnswer.Store(true)
+		if res := b.exec.Execute(ctx, occ); res.Outcome != executor.Unrecorded {
+			t.Fatalf("claim answer lost: %+v, want unrecorded", res)
+		}
+		fs.loseClaimAnswer.Store(false)
+		if res := b.exec.Execute(ctx, occ); res.Outcome != executor.Succeeded || rcv.calls.Load() != 1 {
+			t.Fatalf("second try: %+v after %d calls, want succeeded after 1 call", res, rcv.calls.Load())
+		}
+		// Another instance must not adopt it: that is the takeover's job, with heartbeats.
+		other := setup(t, ds, executor.Config{InstanceID: "test-2"})
+		occ2 := executor.Occurrence{TimerID: tm.ID, ScheduledMS: t0.Add(2 * time.Second).UnixMilli()}
+		fs.loseClaimAnswer.Store(true)
+		_ = b.exec.Execute(ctx, occ2)
+		fs.loseClaimAnswer.Store(false)
+		if res := other.exec.Execute(ctx, occ2); res.Outcome != executor.Skipped || rcv.calls.Load() != 1 {
+			t.Fatalf("other instance: %+v after %d calls, want skipped and no call", res, rcv.calls.Load())
+		}
 	})
 
 	t.Run("PanicInCallbackIsRecordedFailure", func(t *testing.T) {
@@ -486,12 +522,17 @@ func TestSubmit(t *testing.T) {
 type failingStore struct {
 	*dao.Store
 	failClaim, failFinish atomic.Bool
+	loseClaimAnswer       atomic.Bool // the claim commits, its answer is lost
 }
 
 var errDown = errors.New("store down")
 
 func (f *failingStore) ClaimExecution(ctx context.Context, p dao.ClaimParams) (dao.Execution, bool, error) {
 	if f.failClaim.Load() {
+		return dao.Execution{}, false, errDown
+	}
+	if f.loseClaimAnswer.Load() {
+		_, _, _ = f.Store.ClaimExecution(ctx, p)
 		return dao.Execution{}, false, errDown
 	}
 	return f.Store.ClaimExecution(ctx, p)

@@ -28,6 +28,8 @@ const (
 	// Margin: a trigger stops working its slice this long before its lock can expire, so
 	// no two instances work one slice at once (clocks must agree within it).
 	Margin = 5 * time.Second
+	// Prefetch: how long before a minute starts its slices are taken.
+	Prefetch = 8 * time.Second
 )
 
 // Config configures a Scheduler.
@@ -157,7 +159,9 @@ func (s *Scheduler) loop(ctx context.Context) {
 // RunOnce tries, for every bucket starting at a random one (so instances spread over the
 // buckets), the current minute's slice and the previous minute's, and starts a trigger for
 // each lock it gets. The previous slice's lock is free only if its run did not complete
-// (or never happened): it is run again. It stops at the first Redis error.
+// (or never happened): it is run again. In the last Prefetch of a minute it also takes the
+// next minute's slices ahead of time, a few per pass (see prefetch). It stops at the first
+// Redis error.
 func (s *Scheduler) RunOnce(ctx context.Context, now time.Time) error {
 	cur := index.SliceStart(now)
 	off := rand.IntN(s.cfg.Buckets)
@@ -167,39 +171,63 @@ func (s *Scheduler) RunOnce(ctx context.Context, now time.Time) error {
 		// The current slice's lock expires LockTTL after the slice's start, whenever it is
 		// taken, so that an incomplete run is retried within the next minute; a previous
 		// slice gets a full LockTTL for its re-run.
-		if err := s.take(ctx, current, current.Start.Add(LockTTL).Sub(now), now); err != nil {
+		if _, err := s.take(ctx, current, current.Start.Add(LockTTL).Sub(now), now); err != nil {
 			return err
 		}
-		if err := s.take(ctx, current.Prev(), LockTTL, now); err != nil {
+		if _, err := s.take(ctx, current.Prev(), LockTTL, now); err != nil {
 			return err
+		}
+	}
+	return s.prefetch(ctx, cur.Add(index.SliceLen), off, now)
+}
+
+// prefetch takes the next minute's slices before the minute starts, so their triggers are
+// already waiting at the minute's first millisecond. Each pass takes at most
+// ceil(buckets / passes left) of them: a lone instance has them all by the last pass, and
+// instances polling the same second share them instead of the fastest taking every bucket.
+func (s *Scheduler) prefetch(ctx context.Context, next time.Time, off int, now time.Time) error {
+	until := next.Sub(now)
+	if until > Prefetch {
+		return nil
+	}
+	passes := int((until + time.Second - 1) / time.Second)
+	quota := (s.cfg.Buckets + passes - 1) / max(passes, 1)
+	for i := 0; i < s.cfg.Buckets && quota > 0; i++ {
+		sl := index.Slice{Start: next, Bucket: (off + i) % s.cfg.Buckets}
+		took, err := s.take(ctx, sl, next.Add(LockTTL).Sub(now), now)
+		if err != nil {
+			return err
+		}
+		if took {
+			quota--
 		}
 	}
 	return nil
 }
 
-func (s *Scheduler) take(ctx context.Context, sl index.Slice, ttl time.Duration, now time.Time) error {
+func (s *Scheduler) take(ctx context.Context, sl index.Slice, ttl time.Duration, now time.Time) (bool, error) {
 	key := s.keys.SliceLock(sl)
 	s.mu.Lock()
 	if s.running[key] || s.stopped {
 		s.mu.Unlock()
-		return nil
+		return false, nil
 	}
 	s.mu.Unlock()
 	lock, ok, err := index.TryLock(ctx, s.rdb, key, ttl, now)
 	if err != nil || !ok {
-		return err
+		return false, err
 	}
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
 		s.release(lock, sl)
-		return nil
+		return false, nil
 	}
 	s.running[key] = true
 	s.wg.Add(1)
 	s.mu.Unlock()
 	go s.work(ctx, sl, lock)
-	return nil
+	return true, nil
 }
 
 // work runs the slice's trigger, then extends the lock past 2T when the run completed, or

@@ -297,6 +297,39 @@ func TestScheduler(t *testing.T) {
 		t.Logf("slices worked by %d of 3 instances", len(instances))
 	})
 
+	t.Run("PrefetchSharesNextMinuteAmongInstances", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, minute.Add(-9*time.Second), 2, nil)
+		b.start(t)
+		b.runTo(t, minute.Add(-9*time.Second))
+		before := []int{b.scheds[0].Running(), b.scheds[1].Running()}
+		// At M-8s each of the two instances takes one of the two buckets of M (quota 1 per
+		// pass), so both are busy at the minute's first millisecond.
+		b.runTo(t, minute.Add(-8*time.Second))
+		for i, s := range b.scheds {
+			if got := s.Running() - before[i]; got != 1 {
+				t.Fatalf("instance %d took %d slices of M at M-8s, want 1 each", i, got)
+			}
+		}
+		for bucket := range 2 {
+			if ttl := b.lockTTL(t, index.Slice{Start: minute, Bucket: bucket}); ttl != 98*time.Second {
+				t.Errorf("bucket %d of M: lock PTTL %s at M-8s, want 98s (1.5T after M starts)", bucket, ttl)
+			}
+		}
+		b.stamp(t, 1, 0, 30*time.Second)
+		b.stamp(t, 2, 0, 30*time.Second)
+		b.runTo(t, minute.Add(31*time.Second), minute)
+		got := b.submissions()
+		if len(got) != 4 {
+			t.Fatalf("submissions %v, want 4", got)
+		}
+		for _, sub := range got {
+			if sub.at.UnixMilli() != sub.occ.ScheduledMS {
+				t.Errorf("%s submitted at %s, not at its millisecond", sub.occ.Key(), sub.at.Format(time.StampMilli))
+			}
+		}
+	})
+
 	t.Run("StopReleasesLocksOfIncompleteSlices", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, minute, 1, nil)

@@ -213,6 +213,11 @@ func (b backend) config(t *testing.T, instance string) conf.Config {
 		cfg.Redis.KeyPrefix = b.keyPrefix
 	}
 	cfg.Log.Level = "warn"
+	// A short stamping window: every-second timers stamp 120 occurrences each instead of
+	// 7,200, which keeps timer creation cheap under -race on a small machine. The window's
+	// length changes no firing logic.
+	cfg.Engine.MigrateStep = conf.Duration(time.Minute)
+	cfg.Engine.MigrateWindow = conf.Duration(2 * time.Minute)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -141,7 +141,6 @@ func (p *proc) stop(t *testing.T) error {
 }
 
 func TestZeroConfigServeStartsEmbedded(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	var env []string
 	addr := "127.0.0.1:8080"
@@ -177,7 +176,6 @@ func TestZeroConfigServeStartsEmbedded(t *testing.T) {
 // minute boundary so that new slices are contended by all three: every occurrence fires once,
 // and the executions are spread over the instances.
 func TestThreeProcessesShareTheWork(t *testing.T) {
-	t.Parallel()
 	b := realBackend(t)
 	recv := newReceiver(t)
 	var apis []client
@@ -186,7 +184,8 @@ func TestThreeProcessesShareTheWork(t *testing.T) {
 		addr := freeAddr(t)
 		p := startProc(t, t.TempDir(), addr,
 			"TOCK_HTTP_ADDR="+addr, "TOCK_MYSQL_DSN="+b.mysqlDSN, "TOCK_REDIS_ADDR="+b.redisAddr[0],
-			"TOCK_REDIS_KEY_PREFIX="+b.keyPrefix, fmt.Sprintf("TOCK_INSTANCE_ID=proc-%d", i), "TOCK_LOG_LEVEL=warn")
+			"TOCK_REDIS_KEY_PREFIX="+b.keyPrefix, fmt.Sprintf("TOCK_INSTANCE_ID=proc-%d", i), "TOCK_LOG_LEVEL=warn",
+			"TOCK_ENGINE_MIGRATE_STEP=1m", "TOCK_ENGINE_MIGRATE_WINDOW=2m")
 		procs = append(procs, p)
 		apis = append(apis, client{t: t, base: p.base, http: &http.Client{Timeout: 10 * time.Second}})
 	}
