@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/tockd/tock/batch"
 	"github.com/tockd/tock/dao"
 )
 
@@ -51,6 +52,11 @@ type Deps struct {
 	Checks  []Check
 	Log     *slog.Logger // default slog.Default()
 	Version string
+	// Batches serves /api/v1/batches when set; New registers the timer operations on it
+	// (batches.go).
+	Batches *batch.Batch
+	// Compensation serves /api/v1/admin/compensation when set (admin.go).
+	Compensation Compensation
 }
 
 // API serves the REST API.
@@ -61,6 +67,8 @@ type API struct {
 	checks  []Check
 	log     *slog.Logger
 	version string
+	batches *batch.Batch
+	comp    Compensation
 	handler http.Handler
 }
 
@@ -81,7 +89,9 @@ func New(d Deps) *API {
 		checks:  d.Checks,
 		log:     d.Log,
 		version: d.Version,
+		comp:    d.Compensation,
 	}
+	a.initBatches(d.Batches)
 	// gin's mode is process-wide; release mode silences its debug printing.
 	releaseMode.Do(func() { gin.SetMode(gin.ReleaseMode) })
 	a.handler = a.routes()
@@ -121,6 +131,8 @@ func (a *API) routes() *gin.Engine {
 	v1.POST("/timers/:id/disable", a.disableTimer)
 	v1.GET("/timers/:id/executions", a.listExecutions)
 	v1.GET("/executions/:id", a.getExecution)
+	a.batchRoutes(v1)
+	a.adminRoutes(v1)
 	return r
 }
 

@@ -25,6 +25,8 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
+		// ants' default pool starts at init (imported through compensator -> executor).
+		goleak.IgnoreCurrent(),
 		// database/sql and the MySQL driver close their goroutines asynchronously.
 		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
 		goleak.IgnoreTopFunction("github.com/go-sql-driver/mysql.(*mysqlConn).startWatcher.func1"),

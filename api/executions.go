@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -124,5 +125,24 @@ func (a *API) getExecution(c *gin.Context) {
 		a.fail(c, fmt.Errorf("getting timer %d of execution %d: %w", e.TimerID, id, err))
 		return
 	}
-	writeJSON(c, http.StatusOK, executionView(e))
+	detail := ExecutionDetail{Execution: executionView(e), Attempts: []Attempt{}}
+	// Stores without attempts (test fakes) answer with an empty list.
+	if as, ok := a.store.(attemptLister); ok {
+		list, err := as.ListAttempts(ctx, id)
+		if err != nil {
+			a.fail(c, fmt.Errorf("listing attempts of execution %d: %w", id, err))
+			return
+		}
+		for _, at := range list {
+			detail.Attempts = append(detail.Attempts, attemptView(at))
+		}
+	}
+	writeJSON(c, http.StatusOK, detail)
 }
+
+// attemptLister is the store's ListAttempts (dao.Store has it).
+type attemptLister interface {
+	ListAttempts(ctx context.Context, taskID int64) ([]dao.Attempt, error)
+}
+
+var _ attemptLister = (*dao.Store)(nil)

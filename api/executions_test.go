@@ -56,8 +56,12 @@ func TestExecutions(t *testing.T) {
 
 			r := b.do(t, http.MethodGet, "/api/v1/executions/"+itoa(all[0].ID), nil)
 			r.wantStatus(t, http.StatusOK)
-			var got Execution
-			r.decode(t, &got)
+			var detail ExecutionDetail
+			r.decode(t, &detail)
+			got := detail.Execution
+			if detail.Attempts == nil || len(detail.Attempts) != 0 {
+				t.Fatalf("attempts = %#v, want an empty list (this execution's attempt is not recorded)", detail.Attempts)
+			}
 			want := Execution{
 				ID: all[0].ID, TimerID: tm.ID, ScheduledAt: "2026-11-21T09:00:30.000Z", Status: "succeeded",
 				Attempt: 1, StartedAt: ptr("2026-11-21T09:00:30.005Z"), FinishedAt: ptr("2026-11-21T09:00:30.017Z"),

@@ -11,6 +11,7 @@ type createRequest struct {
 	Schedule  *schedule.Spec
 	Callback  *callbackInput
 	Retry     *retryInput
+	Misfire   *string
 	Enabled   *bool
 	RequestID *string
 }
@@ -21,10 +22,11 @@ type patchRequest struct {
 	Schedule *schedule.Spec
 	Callback *callbackInput
 	Retry    *retryInput
+	Misfire  *string
 }
 
 func (p patchRequest) empty() bool {
-	return p.Name == nil && p.Schedule == nil && p.Callback == nil && p.Retry == nil
+	return p.Name == nil && p.Schedule == nil && p.Callback == nil && p.Retry == nil && p.Misfire == nil
 }
 
 type callbackInput struct {
@@ -49,7 +51,7 @@ func decodeCreate(body []byte) (createRequest, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := o.only("app", "name", "schedule", "callback", "retry", "enabled", "request_id"); err != nil {
+	if err := o.only("app", "name", "schedule", "callback", "retry", "misfire", "enabled", "request_id"); err != nil {
 		return r, err
 	}
 	if r.App, err = o.str("app"); err != nil {
@@ -67,6 +69,9 @@ func decodeCreate(body []byte) (createRequest, error) {
 	if r.Retry, err = decodeRetry(o); err != nil {
 		return r, err
 	}
+	if r.Misfire, err = o.str("misfire"); err != nil {
+		return r, err
+	}
 	if r.Enabled, err = o.boolean("enabled"); err != nil {
 		return r, err
 	}
@@ -82,7 +87,7 @@ func decodePatch(body []byte) (patchRequest, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := o.only("name", "schedule", "callback", "retry"); err != nil {
+	if err := o.only("name", "schedule", "callback", "retry", "misfire"); err != nil {
 		return r, err
 	}
 	if r.Name, err = o.str("name"); err != nil {
@@ -95,6 +100,9 @@ func decodePatch(body []byte) (patchRequest, error) {
 		return r, err
 	}
 	if r.Retry, err = decodeRetry(o); err != nil {
+		return r, err
+	}
+	if r.Misfire, err = o.str("misfire"); err != nil {
 		return r, err
 	}
 	return r, nil

@@ -27,6 +27,7 @@ func TestCreateTimer(t *testing.T) {
 				Schedule: schedule.Spec{Every: "30s"},
 				Callback: Callback{URL: "http://127.0.0.1:9/hook", Method: "POST", Headers: map[string]string{}, Timeout: "5s"},
 				Retry:    Retry{MaxAttempts: 3, Backoff: "1s", MaxBackoff: "1m0s"},
+				Misfire:  "fire_all",
 				Enabled:  true,
 				Status:   "enabled",
 				Version:  1,
@@ -73,6 +74,7 @@ func TestCreateTimer(t *testing.T) {
 					"body":    `{"report":"nightly"}`, "timeout": "1500ms",
 				},
 				"retry":      map[string]any{"max_attempts": 10, "backoff": "5m"},
+				"misfire":    "skip",
 				"enabled":    true,
 				"request_id": "req-1",
 			}
@@ -87,6 +89,7 @@ func TestCreateTimer(t *testing.T) {
 				},
 				// An omitted max_backoff grows to a longer backoff.
 				Retry:   Retry{MaxAttempts: 10, Backoff: "5m0s", MaxBackoff: "5m0s"},
+				Misfire: "skip",
 				Enabled: true, Status: "enabled", RequestID: "req-1", Version: 1,
 				CreatedAt: "2026-11-21T09:00:00.000Z", UpdatedAt: "2026-11-21T09:00:00.000Z",
 				// 09:00 in Berlin (CET, UTC+1) is 08:00Z; today's has passed.

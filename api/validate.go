@@ -327,6 +327,12 @@ func newTimer(r createRequest, now time.Time) (dao.Timer, error) {
 			return t, err
 		}
 	}
+	misfire := dao.MisfireFireAll
+	if r.Misfire != nil {
+		if misfire, err = validateMisfire(*r.Misfire); err != nil {
+			return t, err
+		}
+	}
 	var reqID string
 	if r.RequestID != nil && *r.RequestID != "" {
 		reqID = *r.RequestID
@@ -343,6 +349,7 @@ func newTimer(r createRequest, now time.Time) (dao.Timer, error) {
 		AnchorMS:  now.UnixMilli(),
 		Callback:  cb,
 		Retry:     retry,
+		Misfire:   misfire,
 		RequestID: reqID,
 	}
 	if enabled {
@@ -366,7 +373,12 @@ func requestHash(t dao.Timer, spec schedule.Spec) string {
 		Retry     dao.RetryPolicy `json:"retry"`
 		Status    string          `json:"status"`
 		RequestID string          `json:"request_id"`
-	}{t.App, t.Name, spec, t.Callback, t.Retry, t.Status, t.RequestID}
+		// Omitted when default, so keys sent before the field existed still match.
+		Misfire string `json:"misfire,omitempty"`
+	}{t.App, t.Name, spec, t.Callback, t.Retry, t.Status, t.RequestID, ""}
+	if t.Misfire != dao.MisfireFireAll {
+		canon.Misfire = t.Misfire
+	}
 	b, _ := json.Marshal(canon) // plain strings, ints and maps: cannot fail
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
@@ -407,7 +419,22 @@ func applyPatch(cur dao.Timer, p patchRequest, now time.Time) (dao.Timer, error)
 		}
 		t.Retry = r
 	}
+	if p.Misfire != nil {
+		m, err := validateMisfire(*p.Misfire)
+		if err != nil {
+			return t, err
+		}
+		t.Misfire = m
+	}
 	return t, nil
+}
+
+// validateMisfire accepts the misfire policies of dao (fire_all, fire_once, skip).
+func validateMisfire(m string) (string, error) {
+	if !dao.ValidMisfire(m) {
+		return "", newError(codeInvalidValue, "misfire", "must be fire_all, fire_once or skip, not %q", m)
+	}
+	return m, nil
 }
 
 func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

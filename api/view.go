@@ -9,18 +9,20 @@ import (
 
 // Timer is the JSON form of a timer.
 type Timer struct {
-	ID        int64         `json:"id"`
-	App       string        `json:"app"`
-	Name      string        `json:"name"`
-	Schedule  schedule.Spec `json:"schedule"`
-	Callback  Callback      `json:"callback"`
-	Retry     Retry         `json:"retry"`
-	Enabled   bool          `json:"enabled"`
-	Status    string        `json:"status"`
-	RequestID string        `json:"request_id,omitempty"`
-	Version   int64         `json:"version"`
-	CreatedAt string        `json:"created_at"`
-	UpdatedAt string        `json:"updated_at"`
+	ID       int64         `json:"id"`
+	App      string        `json:"app"`
+	Name     string        `json:"name"`
+	Schedule schedule.Spec `json:"schedule"`
+	Callback Callback      `json:"callback"`
+	Retry    Retry         `json:"retry"`
+	// Misfire: fire_all, fire_once or skip (occurrences missed while no instance ran).
+	Misfire   string `json:"misfire"`
+	Enabled   bool   `json:"enabled"`
+	Status    string `json:"status"`
+	RequestID string `json:"request_id,omitempty"`
+	Version   int64  `json:"version"`
+	CreatedAt string `json:"created_at"`
+	UpdatedAt string `json:"updated_at"`
 	// NextFireAt is null when the timer will not fire (disabled, completed, or no occurrence
 	// in the next five years).
 	NextFireAt *string `json:"next_fire_at"`
@@ -97,6 +99,7 @@ func timerView(t dao.Timer, now time.Time) Timer {
 			Backoff:     msDuration(t.Retry.BackoffMS).String(),
 			MaxBackoff:  msDuration(t.Retry.MaxBackoffMS).String(),
 		},
+		Misfire:    dao.MisfireOrDefault(t.Misfire),
 		Enabled:    t.Status == dao.StatusEnabled,
 		Status:     t.Status,
 		RequestID:  t.RequestID,
@@ -146,6 +149,34 @@ func executionView(e dao.Execution) Execution {
 	}
 	if e.HTTPStatus != 0 {
 		s := e.HTTPStatus
+		v.HTTPStatus = &s
+	}
+	return v
+}
+
+// ExecutionDetail is GET /api/v1/executions/{id}: the execution and each of its attempts.
+type ExecutionDetail struct {
+	Execution
+	Attempts []Attempt `json:"attempts"`
+}
+
+// Attempt is the JSON form of one call of an execution's callback. A missing HTTP status
+// (timeout, connection error) is null.
+type Attempt struct {
+	Attempt    int    `json:"attempt"`
+	StartedAt  string `json:"started_at"`
+	FinishedAt string `json:"finished_at"`
+	DurationMS int64  `json:"duration_ms"`
+	HTTPStatus *int   `json:"http_status"`
+	Error      string `json:"error"`
+	Instance   string `json:"instance"`
+}
+
+func attemptView(a dao.Attempt) Attempt {
+	v := Attempt{Attempt: a.Attempt, StartedAt: msTime(a.StartedMS), FinishedAt: msTime(a.FinishedMS),
+		DurationMS: a.DurationMS, Error: a.Error, Instance: a.Owner}
+	if a.HTTPStatus != 0 {
+		s := a.HTTPStatus
 		v.HTTPStatus = &s
 	}
 	return v

@@ -14,9 +14,13 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tockd/tock/api"
+	"github.com/tockd/tock/batch"
 	"github.com/tockd/tock/conf"
 	"github.com/tockd/tock/dao"
 	"github.com/tockd/tock/index"
@@ -34,8 +38,10 @@ type App struct {
 	rdb      redis.UniversalClient
 	embedded *index.Embedded // nil when a real Redis is configured
 	engine   *Engine
+	batches  *batch.Batch
 	server   *http.Server
 	listener net.Listener
+	metrics  *prometheus.Registry
 
 	stopOnce sync.Once
 	served   chan error
@@ -63,7 +69,7 @@ func OpenStore(ctx context.Context, cfg conf.Config) (*dao.Store, error) {
 
 // New opens the stores and builds the engine and API; nothing runs until Start.
 func New(ctx context.Context, cfg conf.Config, log *slog.Logger, clk clockwork.Clock) (*App, error) {
-	a := &App{cfg: cfg, log: log, clock: clk, served: make(chan error, 1)}
+	a := &App{cfg: cfg, log: log, clock: clk, served: make(chan error, 1), metrics: newRegistry()}
 	var err error
 	if a.store, err = OpenStore(ctx, cfg); err != nil {
 		return nil, err
@@ -85,24 +91,64 @@ func New(ctx context.Context, cfg conf.Config, log *slog.Logger, clk clockwork.C
 		a.closeStores()
 		return nil, fmt.Errorf("app: build engine: %w", err)
 	}
+	a.batches, err = batch.New(batch.Config{
+		QueueSize:    cfg.Batch.QueueSize,
+		Workers:      cfg.Batch.Workers,
+		ScanInterval: cfg.Batch.ScanInterval.D(),
+		MaxRetries:   cfg.Batch.MaxRetries,
+		MaxTargets:   cfg.Batch.MaxTargets,
+	}, batch.Deps{Store: a.store, Clock: clk, Log: log, Instance: cfg.InstanceID, Registerer: a.metrics})
+	if err != nil {
+		a.closeStores()
+		return nil, fmt.Errorf("app: build batches: %w", err)
+	}
+	// A nil *Compensator inside the interface would not be nil: pass it only when there is one.
+	var comp api.Compensation
+	if c := a.engine.Compensator(); c != nil {
+		comp = c
+	}
 	storeName := "mysql"
 	if cfg.MySQL.DSN == "" {
 		storeName = "sqlite"
 	}
 	handler := api.New(api.Deps{
-		Store:   a.store,
-		Clock:   clk,
-		Engine:  a.engine,
-		Log:     log,
-		Version: Version,
+		Store:        a.store,
+		Clock:        clk,
+		Engine:       a.engine,
+		Batches:      a.batches,
+		Compensation: comp,
+		Log:          log,
+		Version:      Version,
 		Checks: []api.Check{
 			{Name: storeName, Fn: a.store.Ping},
 			{Name: "redis", Fn: func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }},
 		},
 	}).Handler()
-	a.server = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{Registry: a.metrics}))
+	mux.Handle("/", handler)
+	a.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return a, nil
 }
+
+// newRegistry holds every metric of the process: Go runtime, process and build info, plus
+// what each component registers on it.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "tock_build_info",
+			Help:        "Always 1; the version label says which build runs.",
+			ConstLabels: prometheus.Labels{"version": Version},
+		}, func() float64 { return 1 }),
+	)
+	return reg
+}
+
+// Metrics is the process's Prometheus registry, served at /metrics.
+func (a *App) Metrics() *prometheus.Registry { return a.metrics }
 
 // Start listens on http.addr and starts the engine; it returns once both run.
 func (a *App) Start(ctx context.Context) error {
@@ -120,6 +166,10 @@ func (a *App) Start(ctx context.Context) error {
 	}()
 	if err := a.engine.Start(ctx); err != nil {
 		return fmt.Errorf("app: start engine: %w", err)
+	}
+	// Not ctx: a signal must end batches through Stop's graceful path, not like a crash.
+	if err := a.batches.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("app: start batches: %w", err)
 	}
 	a.log.Info("tock started", "addr", ln.Addr().String(), "instance", a.cfg.InstanceID, "version", Version)
 	return nil
@@ -141,6 +191,9 @@ func (a *App) Stop() {
 			if err := a.server.Shutdown(ctx); err != nil {
 				a.log.Warn("http shutdown", "err", err)
 			}
+		}
+		if a.batches != nil {
+			a.batches.Stop()
 		}
 		// Producers (API, scheduler) stop before consumers (executor pool) inside Engine.Stop.
 		if a.engine != nil {

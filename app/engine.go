@@ -10,6 +10,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tockd/tock/compensator"
 	"github.com/tockd/tock/conf"
 	"github.com/tockd/tock/dao"
 	"github.com/tockd/tock/executor"
@@ -21,7 +22,9 @@ import (
 // engineStore is what the engine's parts need from dao.Store.
 type engineStore interface {
 	executor.Store
+	executor.PollerStore
 	migrator.Store
+	compensator.Store
 }
 
 // Engine fires timers: the migrator stamps occurrences into the index, the scheduler takes
@@ -33,6 +36,9 @@ type Engine struct {
 	exec  *executor.Executor
 	mig   *migrator.Migrator
 	sched *scheduler.Scheduler
+	comp  *compensator.Compensator // nil with engine.disabled
+	// poll claims due retries and takes over stale executions; nil with engine.disabled.
+	poll *executor.Poller
 
 	mu      sync.Mutex
 	started bool
@@ -80,13 +86,35 @@ func newEngine(cfg conf.Config, store engineStore, rdb redis.UniversalClient, cl
 		PoolSize:             cfg.Engine.PoolSize,
 		ResponseExcerptBytes: cfg.Engine.ResponseExcerptBytes,
 		StopTimeout:          cfg.HTTP.ShutdownTimeout.D(),
+		HeartbeatInterval:    cfg.Engine.HeartbeatInterval.D(),
+		ResultWriteTimeout:   cfg.Engine.ResultWriteTimeout.D(),
 		Clock:                clk,
 		Logger:               log,
 	}, store)
 	if err != nil {
 		return nil, fmt.Errorf("app: engine: %w", err)
 	}
-	e.sched, err = scheduler.New(scheduler.Config{Buckets: cfg.Engine.Buckets, Clock: clk, Logger: log}, e.idx, e.exec)
+	cc := cfg.Compensation
+	e.comp, err = compensator.New(compensator.Config{
+		InstanceID: cfg.InstanceID, Grace: cc.Grace.D(), Quiet: cc.Quiet.D(),
+		FastInterval: cc.FastInterval.D(), SlowInterval: cc.SlowInterval.D(), StuckAfter: cc.StuckAfter.D(),
+		CatchUpWindow: cc.CatchUpWindow.D(), Rate: cc.Rate, MaxPerPass: cc.MaxPerPass, Clock: clk, Logger: log,
+	}, compensator.Deps{Store: store, Executor: e.exec, Keys: e.idx.Keys()})
+	if err != nil {
+		e.exec.Stop()
+		return nil, fmt.Errorf("app: engine: %w", err)
+	}
+	e.poll, err = executor.NewPoller(executor.PollerConfig{
+		InstanceID: cfg.InstanceID, Interval: cfg.Engine.RetryPoll.D(), HeartbeatInterval: cfg.Engine.HeartbeatInterval.D(),
+		MissedBeats: cfg.Engine.MissedHeartbeats, OnTakeover: e.comp.NoteTakeover, Clock: clk, Logger: log,
+	}, store, e.exec)
+	if err != nil {
+		e.exec.Stop()
+		return nil, fmt.Errorf("app: engine: %w", err)
+	}
+	e.sched, err = scheduler.New(scheduler.Config{Buckets: cfg.Engine.Buckets, Clock: clk, Logger: log,
+		LeaseTTL: cfg.Engine.SliceLeaseTTL.D(), LeaseRenew: cfg.Engine.SliceLeaseRenew.D(),
+		OnSliceDone: e.comp.RecordSliceDone}, e.idx, e.exec)
 	if err != nil {
 		e.exec.Stop()
 		return nil, fmt.Errorf("app: engine: %w", err)
@@ -107,9 +135,25 @@ func (e *Engine) Start(ctx context.Context) error {
 		return fmt.Errorf("app: start migrator: %w", err)
 	}
 	if e.sched != nil {
+		// Heartbeats first: they renew the leases of everything the others start.
+		if err := e.exec.Start(ctx); err != nil {
+			e.mig.Stop()
+			return fmt.Errorf("app: start executor: %w", err)
+		}
 		if err := e.sched.Start(ctx); err != nil {
 			e.mig.Stop()
 			return fmt.Errorf("app: start scheduler: %w", err)
+		}
+		if err := e.poll.Start(ctx); err != nil {
+			e.sched.Stop()
+			e.mig.Stop()
+			return fmt.Errorf("app: start retry poller: %w", err)
+		}
+		// The compensator's grace period counts from here; its catch-up runs within 30 s.
+		if err := e.comp.Start(ctx); err != nil {
+			e.sched.Stop()
+			e.mig.Stop()
+			return fmt.Errorf("app: start compensator: %w", err)
 		}
 	}
 	e.log.Info("engine started", "buckets", e.cfg.Engine.Buckets, "pool_size", e.cfg.Engine.PoolSize,
@@ -128,14 +172,26 @@ func (e *Engine) Stop() {
 	}
 	e.stopped = true
 	e.mu.Unlock()
+	if e.comp != nil {
+		e.comp.Stop() // a producer too: before the executor
+	}
 	if e.sched != nil {
 		e.sched.Stop()
 	}
+	if e.poll != nil {
+		e.poll.Stop() // a producer too; what it claimed runs or is handed back in exec.Stop
+	}
 	e.mig.Stop()
 	if e.exec != nil {
+		// Lets callbacks in flight finish within http.shutdown_timeout (renewing their
+		// leases), hands back the ones cut short, then stops the heartbeats.
 		e.exec.Stop()
 	}
 }
+
+// Compensator is the engine's compensation loop, nil when the engine fires nothing
+// (engine.disabled). The admin API serves it; the takeover calls its NoteTakeover.
+func (e *Engine) Compensator() *compensator.Compensator { return e.comp }
 
 // TimerChanged stamps (or unstamps) a timer's upcoming occurrences after the API changed
 // it: before is nil on create, after.Status is "deleted" on delete.

@@ -171,6 +171,12 @@ func (h *harness) waiters() int {
 			continue
 		}
 		n += 2 + e.sched.Running() // scheduler loop, migrator loop, one per trigger
+		if e.poll != nil {
+			n += 2 // retry poller loop, executor heartbeat ticker
+		}
+		if e.comp != nil {
+			n++ // compensation loop
+		}
 	}
 	return n
 }
@@ -340,11 +346,12 @@ func TestEngineVirtualTime(t *testing.T) {
 		t.Parallel()
 		start := nine.Add(-time.Second)
 		var clk clockwork.Clock
-		// The store refuses timer 1's 09:00:10 claim until 09:01:26, past the first run's
-		// deadline (09:01:25): slice 09:00 stays incomplete, its lock expires at 09:01:30 and
-		// the previous-slice pass runs it again.
+		// The store refuses timer 1's 09:00:10 claim until 09:01:28, past the first run's
+		// deadline (09:01:27.5: the slice lease's hard expiry less half the lease): slice
+		// 09:00 stays incomplete, its lock expires at 09:01:30 and the previous-slice pass
+		// runs it again.
 		var refused atomic.Int64
-		storeBack := nine.Add(86 * time.Second)
+		storeBack := nine.Add(88 * time.Second)
 		h := newHarness(t, start, 1, func(s engineStore) engineStore {
 			return &flakyStore{engineStore: s, fail: func(p dao.ClaimParams) bool {
 				if p.TimerID == 1 && p.ScheduledMS == nine.Add(10*time.Second).UnixMilli() && clk.Now().Before(storeBack) {

@@ -33,6 +33,10 @@ type Config struct {
 	Redis   Redis      `yaml:"redis"`
 	Engine  Engine     `yaml:"engine"`
 	Log     Log        `yaml:"log"`
+	// Compensation configures the loop that re-drives missed and stuck work (compensator).
+	Compensation Compensation `yaml:"compensation"`
+	// Batch configures the runner of batch operations over many timers (batch).
+	Batch Batch `yaml:"batch"`
 }
 
 // HTTPConfig configures the REST API listener.
@@ -86,6 +90,64 @@ type Engine struct {
 	MigrateWindow Duration `yaml:"migrate_window"`
 	// ResponseExcerptBytes bounds the callback response or error kept per execution. Default: 1024.
 	ResponseExcerptBytes int `yaml:"response_excerpt_bytes"`
+	// HeartbeatInterval is how often an instance renews the lease of each execution in
+	// flight. Default: 2s.
+	HeartbeatInterval Duration `yaml:"heartbeat_interval"`
+	// MissedHeartbeats: an execution not renewed for this many heartbeat intervals has lost
+	// its owner and is taken over by another instance. Default: 3.
+	MissedHeartbeats int `yaml:"missed_heartbeats"`
+	// RetryPoll is how often each instance claims due retries and takes over stale
+	// executions. Default: 1s.
+	RetryPoll Duration `yaml:"retry_poll"`
+	// SliceLeaseTTL is the lease on a slice its owner renews while it runs: a crashed
+	// owner's slice is taken over within it. Default: 5s.
+	SliceLeaseTTL Duration `yaml:"slice_lease_ttl"`
+	// SliceLeaseRenew is how often the slice lease is renewed; under half of
+	// slice_lease_ttl. Default: 1s.
+	SliceLeaseRenew Duration `yaml:"slice_lease_renew"`
+	// ResultWriteTimeout bounds how long a callback's result is retried against a failing
+	// MySQL before the occurrence is left to be run again. Default: 30s.
+	ResultWriteTimeout Duration `yaml:"result_write_timeout"`
+}
+
+// Batch configures batch operations: a bounded queue feeding a fixed worker pool.
+type Batch struct {
+	// QueueSize bounds the tasks waiting for a worker. Default: 1000.
+	QueueSize int `yaml:"queue_size"`
+	// Workers is the fixed number of worker goroutines. Default: 32.
+	Workers int `yaml:"workers"`
+	// ScanInterval is how often unfinished batches are re-dispatched and dead runners' tasks
+	// taken back. Default: 20s.
+	ScanInterval Duration `yaml:"scan_interval"`
+	// MaxRetries: a task that timed out or failed transiently runs again this many times
+	// before it fails. Default: 2.
+	MaxRetries int `yaml:"max_retries"`
+	// MaxTargets bounds the timers of one batch. Default: 100000.
+	MaxTargets int `yaml:"max_targets"`
+}
+
+// Compensation configures the compensation loop and the catch-up after downtime.
+type Compensation struct {
+	// Grace is how long after the instance starts the loop waits before its first pass
+	// (start-up delays are not mistaken for lost work). Default: 10m.
+	Grace Duration `yaml:"grace"`
+	// Quiet is how long after the last takeover of executions the loop waits, so it does not
+	// compete with takeovers in progress. Default: 1m.
+	Quiet Duration `yaml:"quiet"`
+	// FastInterval is the time between passes while passes find work. Default: 10s.
+	FastInterval Duration `yaml:"fast_interval"`
+	// SlowInterval is the time between passes once a pass finds nothing. Default: 10m.
+	SlowInterval Duration `yaml:"slow_interval"`
+	// StuckAfter: an execution pending or running unchanged this long is re-driven. Default: 2m.
+	StuckAfter Duration `yaml:"stuck_after"`
+	// CatchUpWindow: missed occurrences younger than this are handled per the timer's misfire
+	// policy; older ones are recorded as missed. Default: 1h.
+	CatchUpWindow Duration `yaml:"catch_up_window"`
+	// Rate caps re-driven occurrences per second. Default: 100.
+	Rate int `yaml:"rate"`
+	// MaxPerPass caps the occurrences one pass re-drives or records; the rest wait for the
+	// next (fast) pass. Default: 10000.
+	MaxPerPass int `yaml:"max_per_pass"`
 }
 
 // Log configures log/slog output on stderr.
@@ -114,8 +176,25 @@ func Default() Config {
 			MigrateStep:          Duration(time.Hour),
 			MigrateWindow:        Duration(2 * time.Hour),
 			ResponseExcerptBytes: 1024,
+			HeartbeatInterval:    Duration(2 * time.Second),
+			MissedHeartbeats:     3,
+			RetryPoll:            Duration(time.Second),
+			SliceLeaseTTL:        Duration(5 * time.Second),
+			SliceLeaseRenew:      Duration(time.Second),
+			ResultWriteTimeout:   Duration(30 * time.Second),
 		},
-		Log: Log{Level: "info", Format: "text"},
+		Log:   Log{Level: "info", Format: "text"},
+		Batch: Batch{QueueSize: 1000, Workers: 32, ScanInterval: Duration(20 * time.Second), MaxRetries: 2, MaxTargets: 100000},
+		Compensation: Compensation{
+			Grace:         Duration(10 * time.Minute),
+			Quiet:         Duration(time.Minute),
+			FastInterval:  Duration(10 * time.Second),
+			SlowInterval:  Duration(10 * time.Minute),
+			StuckAfter:    Duration(2 * time.Minute),
+			CatchUpWindow: Duration(time.Hour),
+			Rate:          100,
+			MaxPerPass:    10000,
+		},
 	}
 }
 
@@ -188,6 +267,39 @@ func (c Config) Validate() error {
 	if c.Engine.ResponseExcerptBytes < 0 || c.Engine.ResponseExcerptBytes > 65536 {
 		return bad("engine.response_excerpt_bytes", "must be between 0 and 65536")
 	}
+	if c.Engine.HeartbeatInterval.D() < 100*time.Millisecond {
+		return bad("engine.heartbeat_interval", "must be at least 100ms")
+	}
+	if c.Engine.MissedHeartbeats < 2 {
+		return bad("engine.missed_heartbeats", "must be at least 2")
+	}
+	if c.Engine.RetryPoll.D() < 10*time.Millisecond {
+		return bad("engine.retry_poll", "must be at least 10ms")
+	}
+	if c.Engine.SliceLeaseTTL.D() < time.Second || c.Engine.SliceLeaseTTL.D() > 30*time.Second {
+		return bad("engine.slice_lease_ttl", "must be between 1s and 30s")
+	}
+	if c.Engine.SliceLeaseRenew.D() < 10*time.Millisecond || c.Engine.SliceLeaseRenew >= c.Engine.SliceLeaseTTL/2 {
+		return bad("engine.slice_lease_renew", "must be at least 10ms and under half of engine.slice_lease_ttl")
+	}
+	if c.Engine.ResultWriteTimeout.D() < time.Second {
+		return bad("engine.result_write_timeout", "must be at least 1s")
+	}
+	switch {
+	case c.Batch.QueueSize < 1:
+		return bad("batch.queue_size", "must be at least 1")
+	case c.Batch.Workers < 1:
+		return bad("batch.workers", "must be at least 1")
+	case c.Batch.ScanInterval.D() < time.Second:
+		return bad("batch.scan_interval", "must be at least 1s")
+	case c.Batch.MaxRetries < 1 || c.Batch.MaxRetries > 10:
+		return bad("batch.max_retries", "must be between 1 and 10")
+	case c.Batch.MaxTargets < 1:
+		return bad("batch.max_targets", "must be at least 1")
+	}
+	if err := c.Compensation.validate(bad); err != nil {
+		return err
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -197,6 +309,35 @@ func (c Config) Validate() error {
 	case "text", "json":
 	default:
 		return bad("log.format", fmt.Sprintf("%q is not text or json", c.Log.Format))
+	}
+	return nil
+}
+
+func (c Compensation) validate(bad func(key, why string) error) error {
+	for _, d := range []struct {
+		key string
+		v   Duration
+		min time.Duration
+	}{
+		{"compensation.grace", c.Grace, 0},
+		{"compensation.quiet", c.Quiet, 0},
+		{"compensation.fast_interval", c.FastInterval, time.Second},
+		{"compensation.slow_interval", c.SlowInterval, time.Second},
+		{"compensation.stuck_after", c.StuckAfter, time.Second},
+		{"compensation.catch_up_window", c.CatchUpWindow, time.Minute},
+	} {
+		if d.v.D() < d.min {
+			return bad(d.key, fmt.Sprintf("must be at least %s", d.min))
+		}
+	}
+	if c.SlowInterval < c.FastInterval {
+		return bad("compensation.slow_interval", "must be at least compensation.fast_interval")
+	}
+	if c.Rate < 1 {
+		return bad("compensation.rate", "must be at least 1")
+	}
+	if c.MaxPerPass < 1 {
+		return bad("compensation.max_per_pass", "must be at least 1")
 	}
 	return nil
 }

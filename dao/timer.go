@@ -11,7 +11,7 @@ import (
 
 // timerCols selects a Timer. request_id is NULL when not given (so UNIQUE ignores it) and
 // reads back as "".
-const timerCols = `id, app, name, status, schedule, anchor_ms, callback, retry,
+const timerCols = `id, app, name, status, schedule, anchor_ms, callback, retry, misfire,
 	COALESCE(request_id, '') AS request_id, request_hash, version, created_ms, updated_ms`
 
 // DefaultLimit is the page size when a List call passes Limit <= 0.
@@ -42,11 +42,12 @@ func (s *Store) CreateTimer(ctx context.Context, t Timer, nowMS int64) (out Time
 		t.Status = StatusEnabled
 	}
 	t.Version = 1
+	t.Misfire = MisfireOrDefault(t.Misfire)
 	t.CreatedMS, t.UpdatedMS = nowMS, nowMS
 	res, err := s.db.ExecContext(ctx, `INSERT INTO timer
-	(app, name, live_name, status, schedule, anchor_ms, callback, retry, request_id, request_hash, version, created_ms, updated_ms)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		t.App, t.Name, liveName(t.Status, t.Name), t.Status, t.Schedule, t.AnchorMS, t.Callback, t.Retry,
+	(app, name, live_name, status, schedule, anchor_ms, callback, retry, misfire, request_id, request_hash, version, created_ms, updated_ms)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		t.App, t.Name, liveName(t.Status, t.Name), t.Status, t.Schedule, t.AnchorMS, t.Callback, t.Retry, MisfireOrDefault(t.Misfire),
 		nullIfEmpty(t.RequestID), t.RequestHash, t.Version, t.CreatedMS, t.UpdatedMS)
 	if err != nil {
 		if _, dup := uniqueViolation(err); dup && t.RequestID != "" {
@@ -169,7 +170,7 @@ func limitOrDefault(n int) int {
 	return n
 }
 
-// UpdateTimer writes name, status, schedule, anchor, callback and retry of t where the row
+// UpdateTimer writes name, status, schedule, anchor, callback, retry and misfire of t where the row
 // still has expectVersion and is not deleted; bumps version and updated_ms and returns the
 // row as written. ErrVersionConflict when the version moved, ErrNotFound when gone,
 // ErrNameTaken on a duplicate name. App, RequestID, RequestHash and CreatedMS never change.
@@ -180,9 +181,9 @@ func (s *Store) UpdateTimer(ctx context.Context, t Timer, expectVersion, nowMS i
 	var out Timer
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE timer SET name = ?, live_name = ?, status = ?, schedule = ?,
-		anchor_ms = ?, callback = ?, retry = ?, version = version + 1, updated_ms = ?
+		anchor_ms = ?, callback = ?, retry = ?, misfire = ?, version = version + 1, updated_ms = ?
 		WHERE id = ? AND version = ? AND status <> ?`,
-			t.Name, liveName(t.Status, t.Name), t.Status, t.Schedule, t.AnchorMS, t.Callback, t.Retry, nowMS,
+			t.Name, liveName(t.Status, t.Name), t.Status, t.Schedule, t.AnchorMS, t.Callback, t.Retry, MisfireOrDefault(t.Misfire), nowMS,
 			t.ID, expectVersion, StatusDeleted)
 		if err != nil {
 			if isNameTaken(err) {

@@ -48,6 +48,9 @@ type Timer struct {
 	AnchorMS int64       `db:"anchor_ms"`
 	Callback Callback    `db:"callback"`
 	Retry    RetryPolicy `db:"retry"`
+	// Misfire is what becomes of occurrences missed while no instance ran: MisfireFireAll
+	// (the default when empty), MisfireFireOnce or MisfireSkip (compensation.go).
+	Misfire string `db:"misfire"`
 	// RequestID is the client's idempotency key (unique per app); empty when not given.
 	RequestID string `db:"request_id"`
 	// RequestHash fingerprints the create body sent with RequestID, to answer 409 when the

@@ -34,8 +34,10 @@ const drainLimit = 64 << 10
 type attemptResult struct {
 	httpStatus int
 	err        string // empty on success
-	response   string // excerpt of the body
-	duration   time.Duration
+	// retryable: a timeout, a connection error, 408, 429 or 5xx; any other failure is final.
+	retryable bool
+	response  string // excerpt of the body
+	duration  time.Duration
 }
 
 func (a attemptResult) ok() bool { return a.err == "" }
@@ -90,7 +92,7 @@ func (e *Executor) attempt(ctx context.Context, t dao.Timer, occ Occurrence, att
 
 	resp, err := e.client.Do(req)
 	if err != nil {
-		return attemptResult{err: errorText(describe(err, timeout))}
+		return attemptResult{err: errorText(describe(err, timeout)), retryable: true}
 	}
 	excerpt, readErr := io.ReadAll(io.LimitReader(resp.Body, int64(e.cfg.ResponseExcerptBytes)))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
@@ -99,11 +101,18 @@ func (e *Executor) attempt(ctx context.Context, t dao.Timer, occ Occurrence, att
 	switch {
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		res.err = "callback answered " + resp.Status
+		res.retryable = RetryableStatus(resp.StatusCode)
 	case readErr != nil:
 		// The status line counts: the callback accepted the occurrence.
 		e.log.Debug("reading callback response", "timer_id", occ.TimerID, "err", readErr)
 	}
 	return res
+}
+
+// RetryableStatus reports whether a callback's non-2xx answer is worth another attempt:
+// 408, 429 and 5xx; any other is final.
+func RetryableStatus(code int) bool {
+	return code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500
 }
 
 // describe turns a transport error into the text recorded with the execution.

@@ -18,17 +18,30 @@
 //     status (redirects are not followed), a timeout or a connection error is a failure.
 //     At most ResponseExcerptBytes of the body are kept; a little more is drained so the
 //     connection can be reused.
-//  4. Record the result (store.FinishExecution: status, HTTP status, duration, error or
-//     response excerpt). A one-shot whose execution ended is marked completed.
+//  4. Record the attempt (store.RecordAttempt: one timer_task_attempt row, and the
+//     execution's new state in the same transaction, only while this instance owns it):
+//     succeeded; failed for good (a 4xx other than 408/429, a redirect, or the last of the
+//     timer's max_attempts); or pending with next_retry_ms = now + a delay drawn in
+//     [0, min(max_backoff, backoff*2^(n-1))] (full jitter) after a timeout, a connection
+//     error, 408, 429 or 5xx. A one-shot whose execution ended is marked completed.
 //
-// A panic while calling is a recorded failure. When the store fails (2 or 4), the result is
-// Unrecorded and the trigger keeps its slice incomplete, so the occurrence is tried again.
+// A panic while calling is a recorded failure. When the store fails at 2, the result is
+// Unrecorded and the trigger keeps its slice incomplete, so the occurrence is tried again;
+// a result is retried against a failing store for up to ResultWriteTimeout.
 //
-// Retries with backoff (the reliability issue) fit between 3 and 4: more attempts of the
-// claimed execution, each through attempt().
+// Leases (seeds 001, 002). An execution in flight is running with an owner; the heartbeat
+// loop (Start) renews it every HeartbeatInterval with a compare-and-set on the owner
+// (RenewExecution, which moves heartbeat_ms and updated_ms). A renewal that finds another
+// owner marks the run lost: its result is not written (the store also checks the owner).
+// The Poller of every instance resets running executions not renewed for MissedBeats
+// intervals to pending, due now (CAS on owner and updated_ms: one instance wins), and
+// claims due pending executions (CAS on status), running attempt n+1 through the same
+// path. Durable retries, takeovers of crashed or frozen owners and executions handed back
+// at shutdown are all the same thing: a pending row with next_retry_ms.
 //
 // Concurrency: an ants pool of PoolSize goroutines; Submit waits (context-aware) while
 // PoolSize occurrences run. One http.Client, whose transport keeps PoolSize idle connections
 // per host, serves every call. Stop waits for the calls in flight up to StopTimeout, then
-// cancels them; their results are still recorded.
+// cancels them and hands their executions back (pending, due now, no owner), so another
+// instance runs them at once; then it stops the heartbeats.
 package executor

@@ -26,6 +26,7 @@ type Store interface {
 	ClaimExecution(ctx context.Context, p dao.ClaimParams) (existing dao.Execution, claimed bool, err error)
 	FinishExecution(ctx context.Context, p dao.FinishParams) error
 	CompleteOneShot(ctx context.Context, id, version, nowMS int64) error
+	leaseStore
 }
 
 // Config configures an Executor. Zero fields take the defaults named.
@@ -48,6 +49,14 @@ type Config struct {
 	// Transport replaces the HTTP transport (tests). Default: a clone of
 	// http.DefaultTransport sized for the pool.
 	Transport http.RoundTripper
+	// HeartbeatInterval is how often the lease of an execution in flight is renewed.
+	// Default 2s.
+	HeartbeatInterval time.Duration
+	// ResultWriteTimeout bounds how long the result of a callback already made is retried
+	// against a failing store before the occurrence is given up as unrecorded. Default 30s.
+	ResultWriteTimeout time.Duration
+	// Jitter picks a retry delay in [0, max] (full jitter). Default: uniformly random.
+	Jitter func(max time.Duration) time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -65,6 +74,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.ResultWriteTimeout <= 0 {
+		c.ResultWriteTimeout = 30 * time.Second
+	}
+	if c.Jitter == nil {
+		c.Jitter = fullJitter
 	}
 	return c
 }
@@ -87,8 +105,13 @@ const (
 	// Failed: the callback failed (non-2xx, timeout, connection error) and it is recorded.
 	Failed Outcome = "failed"
 	// Skipped: not called, and nothing left to do: the occurrence already has an execution,
-	// or the timer no longer has it (disabled, deleted, rescheduled).
+	// or the timer no longer has it (disabled, deleted, rescheduled), or this instance lost
+	// the execution to another one (its lease was taken over).
 	Skipped Outcome = "skipped"
+	// Retrying: the attempt failed (or was interrupted by shutdown) and the next attempt is
+	// stored (status pending, next_retry_ms): settled, the retry poller of any instance
+	// runs it.
+	Retrying Outcome = "retrying"
 	// Unrecorded: the store failed, so the occurrence may have no record; it must be tried
 	// again (the trigger leaves its slice incomplete).
 	Unrecorded Outcome = "unrecorded"
@@ -119,6 +142,8 @@ type Executor struct {
 	sem      chan struct{} // bounds tasks submitted and not finished to PoolSize
 	inFlight atomic.Int64
 	active   sync.Map // occurrence keys being executed by this process
+	leases   leases   // executions in flight here, renewed by the heartbeat loop
+	hb       heartbeat
 
 	// base is the context of every execution: cancelled only when Stop gives up waiting.
 	base       context.Context
@@ -165,6 +190,7 @@ func New(cfg Config, store Store) (*Executor, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		pool:       pool,
+		leases:     leases{m: map[int64]*lease{}},
 		sem:        make(chan struct{}, cfg.PoolSize),
 		base:       base,
 		cancelBase: cancel,
@@ -176,6 +202,10 @@ func New(cfg Config, store Store) (*Executor, error) {
 // must not block for long). It waits while PoolSize occurrences are running, until ctx ends;
 // ErrStopped once Stop has begun. When Submit returns an error, done is never called.
 func (e *Executor) Submit(ctx context.Context, occ Occurrence, done func(Result)) error {
+	return e.submit(ctx, occ, func() Result { return e.Execute(e.base, occ) }, done)
+}
+
+func (e *Executor) submit(ctx context.Context, occ Occurrence, run func() Result, done func(Result)) error {
 	e.inFlight.Add(1)
 	select {
 	case e.sem <- struct{}{}:
@@ -198,7 +228,7 @@ func (e *Executor) Submit(ctx context.Context, occ Occurrence, done func(Result)
 	err := e.pool.Submit(func() {
 		defer e.tasks.Done()
 		defer e.inFlight.Add(-1) // before tasks.Done: nothing is in flight once Stop returns
-		res := e.Execute(e.base, occ)
+		res := run()
 		<-e.sem
 		done(res)
 	})
@@ -215,7 +245,8 @@ func (e *Executor) Submit(ctx context.Context, occ Occurrence, done func(Result)
 func (e *Executor) InFlight() int { return int(e.inFlight.Load()) }
 
 // Stop refuses new work, waits up to StopTimeout for the callbacks in flight, then cancels
-// them (they are recorded as failed) and waits for them to end. Idempotent.
+// them (their executions are handed back: pending, due now, for another instance) and waits
+// for them to end; then it stops the heartbeat loop. Idempotent.
 func (e *Executor) Stop() {
 	e.stopOnce.Do(func() {
 		e.mu.Lock()
@@ -236,6 +267,7 @@ func (e *Executor) Stop() {
 			<-drained
 		}
 		e.cancelBase()
+		e.hb.stop()
 		if err := e.pool.ReleaseTimeout(5 * time.Second); err != nil {
 			e.log.Warn("executor pool release", "err", err)
 		}
@@ -301,8 +333,9 @@ func (e *Executor) Execute(ctx context.Context, occ Occurrence) (res Result) {
 	}
 	if !claimed && exec.Status == dao.ExecRunning && exec.Owner == e.cfg.InstanceID && exec.TimerVersion == t.Version {
 		// Claimed here before, but the claim's answer or the result's write was lost (store
-		// timeout): no run of it is in flight here, so run it now rather than leave it running
-		// forever. Executions owned by other instances are the takeover's (reliability issue).
+		// timeout): no run of it is in flight here (active above), so run it now rather than
+		// leave it to the takeover. Executions owned by other instances are the takeover's:
+		// they are reset once their heartbeat is stale (Poller).
 		claimed = true
 		e.log.Info("adopting an unfinished execution of this instance", "execution_id", exec.ID, "key", occ.Key())
 	}
@@ -319,43 +352,67 @@ func (e *Executor) Execute(ctx context.Context, occ Occurrence) (res Result) {
 		}
 		return e.skip(occ, "already executed (execution "+fmt.Sprint(exec.ID)+", "+exec.Status+")")
 	}
+	return e.run(ctx, t, sched, exec)
+}
 
+// run makes attempt exec.Attempt of an execution this instance holds (running, owned here),
+// renewing its lease meanwhile, and records it: succeeded; failed for good (not retryable,
+// or the last attempt); or pending with the next attempt's time (Retrying). An execution
+// whose lease was taken over is not written (Skipped): the new owner's result stands.
+func (e *Executor) run(ctx context.Context, t dao.Timer, sched schedule.Schedule, exec dao.Execution) Result {
+	occ := Occurrence{TimerID: exec.TimerID, ScheduledMS: exec.ScheduledMS}
+	l := e.leases.add(exec.ID, e.clk.Now())
+	defer e.leases.remove(exec.ID)
+
+	started := e.clk.Now()
 	a := e.attempt(ctx, t, occ, exec.Attempt)
-	res = Result{Occurrence: occ, Outcome: Succeeded, HTTPStatus: a.httpStatus}
-	status := dao.ExecSucceeded
-	if !a.ok() {
-		res.Outcome, res.Reason, status = Failed, a.err, dao.ExecFailed
+	if l.lost.Load() {
+		return e.skip(occ, "lost the execution to another instance")
 	}
-	finish := dao.FinishParams{
+	nowMS := e.clk.Now().UnixMilli()
+	if !a.ok() && e.base.Err() != nil {
+		// Cut short by Stop: hand it back, due at once, for another instance.
+		return e.handBack(ctx, occ, exec.ID)
+	}
+	policy := retryPolicy(t.Retry)
+	res := Result{Occurrence: occ, Outcome: Succeeded, HTTPStatus: a.httpStatus}
+	rec := dao.RecordAttemptParams{
 		ID:         exec.ID,
 		Owner:      e.cfg.InstanceID,
-		Status:     status,
+		Attempt:    exec.Attempt,
+		Status:     dao.ExecSucceeded,
 		HTTPStatus: a.httpStatus,
 		Error:      a.err,
 		Response:   a.response,
+		StartedMS:  started.UnixMilli(),
 		DurationMS: a.duration.Milliseconds(),
-		NowMS:      e.clk.Now().UnixMilli(),
+		NowMS:      nowMS,
+	}
+	switch {
+	case a.ok():
+	case a.retryable && exec.Attempt < policy.MaxAttempts:
+		delay := e.backoff(policy, exec.Attempt)
+		rec.Status, rec.NextRetryMS = dao.ExecPending, nowMS+max(delay.Milliseconds(), 1)
+		res.Outcome, res.Reason = Retrying, a.err
+	default:
+		rec.Status = dao.ExecFailed
+		res.Outcome, res.Reason = Failed, a.err
 	}
 	// The callback has been made: try hard to record it, since a lost result means calling
 	// it again later.
-	for try := 1; ; try++ {
-		wctx, cancel := writeContext(ctx)
-		err = e.store.FinishExecution(wctx, finish)
-		cancel()
-		if err == nil || errors.Is(err, dao.ErrNotFound) || try == finishTries {
-			break
-		}
-	}
-	if err != nil {
+	if err := e.record(ctx, l, rec); errors.Is(err, dao.ErrNotFound) || errors.Is(err, errLeaseLost) {
+		return e.skip(occ, "lost the execution to another instance before recording")
+	} else if err != nil {
 		return e.unrecorded(occ, "record result", err)
 	}
-	if sched.Kind() == schedule.KindAt {
+	if sched.Kind() == schedule.KindAt && rec.Status != dao.ExecPending {
 		if err := e.completeOneShot(ctx, t.ID, t.Version); err != nil {
 			return e.unrecorded(occ, "complete one-shot", err)
 		}
 	}
-	e.log.Debug("occurrence executed", "timer_id", occ.TimerID, "scheduled_at", schedule.FormatTime(time.UnixMilli(occ.ScheduledMS)),
-		"status", status, "http_status", a.httpStatus, "duration_ms", a.duration.Milliseconds(), "error", a.err)
+	e.log.Debug("occurrence attempted", "timer_id", occ.TimerID, "scheduled_at", schedule.FormatTime(time.UnixMilli(occ.ScheduledMS)),
+		"attempt", exec.Attempt, "status", rec.Status, "http_status", a.httpStatus, "duration_ms", a.duration.Milliseconds(),
+		"error", a.err, "next_retry_ms", rec.NextRetryMS)
 	return res
 }
 
@@ -364,9 +421,6 @@ func (e *Executor) completeOneShot(ctx context.Context, id, version int64) error
 	defer cancel()
 	return e.store.CompleteOneShot(wctx, id, version, e.clk.Now().UnixMilli())
 }
-
-// finishTries bounds the attempts to record one result.
-const finishTries = 3
 
 // writeContext outlives a cancelled execution context for a few seconds, so a callback cut
 // short at shutdown still gets its result recorded.

@@ -68,6 +68,8 @@ func (b *testBundle) createTimer(t *testing.T, spec schedule.Spec, cb dao.Callba
 	tm, _, err := b.store.CreateTimer(context.Background(), dao.Timer{
 		App: "test", Name: t.Name() + "-" + time.Now().Format("150405.000000000"), Status: dao.StatusEnabled,
 		Schedule: dao.JSONSpec(spec), AnchorMS: t0.UnixMilli(), Callback: cb,
+		// One attempt: these tests look at a single call; retries are in retry_test.go.
+		Retry: dao.RetryPolicy{MaxAttempts: 1},
 	}, b.clk.Now().UnixMilli())
 	if err != nil {
 		t.Fatal(err)
@@ -331,7 +333,7 @@ func TestExecute(t *testing.T) {
 		t.Parallel()
 		ds := daotest.SQLite(t)
 		fs := &failingStore{Store: ds}
-		b := setup(t, fs, executor.Config{})
+		b := setup(t, fs, executor.Config{ResultWriteTimeout: 50 * time.Millisecond})
 		b.store = ds
 		rcv := newReceiver(t, nil)
 		tm := b.createTimer(t, everySecond, dao.Callback{URL: rcv.URL})
@@ -510,11 +512,12 @@ func TestSubmit(t *testing.T) {
 		if took := time.Since(start); took > 10*time.Second {
 			t.Fatalf("Stop took %s with a 100ms stop timeout", took)
 		}
-		if r := <-res; r.Outcome != executor.Failed {
-			t.Fatalf("cancelled callback: %+v, want a recorded failure", r)
+		if r := <-res; r.Outcome != executor.Retrying {
+			t.Fatalf("cancelled callback: %+v, want handed back (retrying)", r)
 		}
-		if e := b.executions(t, tm.ID)[0]; e.Status != dao.ExecFailed {
-			t.Fatalf("execution %+v, want failed", e)
+		// Handed back: pending, due at once, without owner, for another instance.
+		if e := b.executions(t, tm.ID)[0]; e.Status != dao.ExecPending || e.Owner != "" {
+			t.Fatalf("execution %+v, want pending without owner", e)
 		}
 	})
 }
@@ -538,11 +541,11 @@ func (f *failingStore) ClaimExecution(ctx context.Context, p dao.ClaimParams) (d
 	return f.Store.ClaimExecution(ctx, p)
 }
 
-func (f *failingStore) FinishExecution(ctx context.Context, p dao.FinishParams) error {
+func (f *failingStore) RecordAttempt(ctx context.Context, p dao.RecordAttemptParams) error {
 	if f.failFinish.Load() {
 		return errDown
 	}
-	return f.Store.FinishExecution(ctx, p)
+	return f.Store.RecordAttempt(ctx, p)
 }
 
 type panicTransport struct{}

@@ -30,6 +30,12 @@ const (
 	Margin = 5 * time.Second
 	// Prefetch: how long before a minute starts its slices are taken.
 	Prefetch = 8 * time.Second
+	// DefaultLeaseTTL and DefaultLeaseRenew: a slice's lock is a lease of LeaseTTL that its
+	// trigger renews every LeaseRenew while it runs, up to the hard expiry above (LockTTL);
+	// a crashed owner's slice is free again within LeaseTTL, and the instances that poll
+	// every second take it over.
+	DefaultLeaseTTL   = 5 * time.Second
+	DefaultLeaseRenew = time.Second
 )
 
 // Config configures a Scheduler.
@@ -38,8 +44,16 @@ type Config struct {
 	Buckets int
 	// Grace and Poll are passed to the triggers (trigger.DefaultGrace, DefaultPoll).
 	Grace, Poll time.Duration
-	Clock       clockwork.Clock
-	Logger      *slog.Logger
+	// LeaseTTL and LeaseRenew time the slice lease (DefaultLeaseTTL, DefaultLeaseRenew).
+	// A trigger stops working its slice LeaseTTL/2 (at most Margin) before its lease can
+	// expire.
+	LeaseTTL, LeaseRenew time.Duration
+	Clock                clockwork.Clock
+	Logger               *slog.Logger
+	// OnSliceDone, when set, is called after a slice's run completed (every occurrence
+	// recorded); the compensator records the slice in slice_done so it is never scanned.
+	// ctx is bounded; it must not block for long.
+	OnSliceDone func(ctx context.Context, sl index.Slice)
 }
 
 // Scheduler takes the slices of the current and previous minute each second and runs a
@@ -66,6 +80,15 @@ type Scheduler struct {
 func New(cfg Config, idx *index.Index, exec trigger.Submitter) (*Scheduler, error) {
 	if cfg.Buckets < 1 {
 		return nil, fmt.Errorf("scheduler: buckets %d: must be at least 1", cfg.Buckets)
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.LeaseRenew <= 0 {
+		cfg.LeaseRenew = DefaultLeaseRenew
+	}
+	if cfg.LeaseRenew >= cfg.LeaseTTL/2 {
+		return nil, fmt.Errorf("scheduler: lease renew interval %s must be under half the lease TTL %s", cfg.LeaseRenew, cfg.LeaseTTL)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
@@ -205,6 +228,8 @@ func (s *Scheduler) prefetch(ctx context.Context, next time.Time, off int, now t
 	return nil
 }
 
+// take tries the slice's lock as a lease of LeaseTTL that its trigger renews up to the hard
+// expiry now+ttl.
 func (s *Scheduler) take(ctx context.Context, sl index.Slice, ttl time.Duration, now time.Time) (bool, error) {
 	key := s.keys.SliceLock(sl)
 	s.mu.Lock()
@@ -213,7 +238,8 @@ func (s *Scheduler) take(ctx context.Context, sl index.Slice, ttl time.Duration,
 		return false, nil
 	}
 	s.mu.Unlock()
-	lock, ok, err := index.TryLock(ctx, s.rdb, key, ttl, now)
+	hard := now.Add(ttl)
+	lock, ok, err := index.TryLock(ctx, s.rdb, key, min(ttl, s.cfg.LeaseTTL), now)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -226,13 +252,13 @@ func (s *Scheduler) take(ctx context.Context, sl index.Slice, ttl time.Duration,
 	s.running[key] = true
 	s.wg.Add(1)
 	s.mu.Unlock()
-	go s.work(ctx, sl, lock)
+	go s.work(ctx, sl, lock, hard)
 	return true, nil
 }
 
 // work runs the slice's trigger, then extends the lock past 2T when the run completed, or
 // releases it when the run was cut short by Stop.
-func (s *Scheduler) work(ctx context.Context, sl index.Slice, lock *index.Lock) {
+func (s *Scheduler) work(ctx context.Context, sl index.Slice, lock *index.Lock, hard time.Time) {
 	defer s.wg.Done()
 	defer func() {
 		s.mu.Lock()
@@ -241,12 +267,14 @@ func (s *Scheduler) work(ctx context.Context, sl index.Slice, lock *index.Lock) 
 	}()
 	s.log.Debug("slice taken", "slice", sl.String(), "lock_expiry", lock.Expiry())
 	sum := trigger.New(trigger.Config{
-		Slice:    sl,
-		Deadline: lock.Expiry().Add(-Margin),
-		Grace:    s.cfg.Grace,
-		Poll:     s.cfg.Poll,
-		Clock:    s.clk,
-		Logger:   s.cfg.Logger,
+		Slice:      sl,
+		Deadline:   lock.Expiry().Add(-s.leaseMargin()),
+		Renew:      s.renewer(sl, lock, hard),
+		RenewEvery: s.cfg.LeaseRenew,
+		Grace:      s.cfg.Grace,
+		Poll:       s.cfg.Poll,
+		Clock:      s.clk,
+		Logger:     s.cfg.Logger,
 	}, s.idx, s.exec).Run(ctx)
 
 	if sum.Complete {
@@ -261,6 +289,9 @@ func (s *Scheduler) work(ctx context.Context, sl index.Slice, lock *index.Lock) 
 		default:
 			s.log.Debug("slice done", "slice", sl.String(), "succeeded", sum.Succeeded, "failed", sum.Failed, "skipped", sum.Skipped)
 		}
+		if s.cfg.OnSliceDone != nil {
+			s.cfg.OnSliceDone(wctx, sl)
+		}
 		return
 	}
 	if ctx.Err() != nil {
@@ -273,5 +304,36 @@ func (s *Scheduler) release(lock *index.Lock, sl index.Slice) {
 	defer cancel()
 	if _, err := lock.Release(ctx); err != nil {
 		s.log.Warn("release slice lock at stop", "slice", sl.String(), "err", err)
+	}
+}
+
+func (s *Scheduler) leaseMargin() time.Duration { return min(Margin, s.cfg.LeaseTTL/2) }
+
+// renewer returns the trigger's Renew: it extends the slice lease by LeaseTTL, never past
+// the hard expiry, and returns the trigger's new deadline. It runs on the trigger's
+// goroutine, the only one touching lock while the trigger runs.
+func (s *Scheduler) renewer(sl index.Slice, lock *index.Lock, hard time.Time) func(context.Context, time.Time) time.Time {
+	failing := false
+	return func(ctx context.Context, now time.Time) time.Time {
+		ttl := min(s.cfg.LeaseTTL, hard.Sub(now))
+		if ttl < time.Millisecond {
+			return lock.Expiry().Add(-s.leaseMargin())
+		}
+		ok, err := lock.Extend(ctx, ttl, now)
+		switch {
+		case err != nil:
+			if !failing && ctx.Err() == nil {
+				s.log.Warn("renew slice lease; retrying", "slice", sl.String(), "err", err)
+			}
+			failing = true
+		case !ok:
+			// Expired (or Redis lost it) and maybe taken by another instance: stop working
+			// the slice now; whoever holds it, or the next poll, runs it.
+			s.log.Warn("slice lease lost", "slice", sl.String())
+			return now
+		default:
+			failing = false
+		}
+		return lock.Expiry().Add(-s.leaseMargin())
 	}
 }

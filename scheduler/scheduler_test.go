@@ -190,18 +190,19 @@ func TestScheduler(t *testing.T) {
 				t.Errorf("bucket %d: completed slice M lock PTTL %s, want extended to about 2.5T", bucket, ttl)
 			}
 			next := index.Slice{Start: minute.Add(time.Minute), Bucket: bucket}
-			if ttl := b.lockTTL(t, next); ttl != 85*time.Second {
-				t.Errorf("bucket %d: slice M+1 lock PTTL %s at M+65s, want 85s (expiring 1.5T after its start)", bucket, ttl)
+			if ttl := b.lockTTL(t, next); ttl != scheduler.DefaultLeaseTTL {
+				t.Errorf("bucket %d: slice M+1 lock PTTL %s at M+65s, want the lease renewed to %s", bucket, ttl, scheduler.DefaultLeaseTTL)
 			}
 		}
 	})
 
 	t.Run("ReRunsPreviousSliceWhenFirstRunIncomplete", func(t *testing.T) {
 		t.Parallel()
-		// The store "fails" for timer 1's occurrence until M+86s: past the first run's deadline
-		// (M+85s), so that run ends incomplete; its lock expires at M+90s, when slice M is the
+		// The store "fails" for timer 1's occurrence until M+88s: past the first run's deadline
+		// (M+87.5s: the hard expiry M+90s less half the lease), so that run ends incomplete;
+		// its lease, renewed up to the hard expiry only, ends at M+90s, when slice M is the
 		// previous slice and is re-run.
-		storeBack := minute.Add(86 * time.Second)
+		storeBack := minute.Add(88 * time.Second)
 		b := setup(t, minute, 1, func(o executor.Occurrence, now time.Time) executor.Outcome {
 			if o.TimerID == 1 && now.Before(storeBack) {
 				return executor.Unrecorded
@@ -312,8 +313,8 @@ func TestScheduler(t *testing.T) {
 			}
 		}
 		for bucket := range 2 {
-			if ttl := b.lockTTL(t, index.Slice{Start: minute, Bucket: bucket}); ttl != 98*time.Second {
-				t.Errorf("bucket %d of M: lock PTTL %s at M-8s, want 98s (1.5T after M starts)", bucket, ttl)
+			if ttl := b.lockTTL(t, index.Slice{Start: minute, Bucket: bucket}); ttl != scheduler.DefaultLeaseTTL {
+				t.Errorf("bucket %d of M: lock PTTL %s at M-8s, want the lease (%s)", bucket, ttl, scheduler.DefaultLeaseTTL)
 			}
 		}
 		b.stamp(t, 1, 0, 30*time.Second)
@@ -327,6 +328,40 @@ func TestScheduler(t *testing.T) {
 			if sub.at.UnixMilli() != sub.occ.ScheduledMS {
 				t.Errorf("%s submitted at %s, not at its millisecond", sub.occ.Key(), sub.at.Format(time.StampMilli))
 			}
+		}
+	})
+
+	t.Run("CrashedOwnersSliceIsTakenOverWithinTheLease", func(t *testing.T) {
+		t.Parallel()
+		// An instance took slice M at M+10s and crashed at once: its lease (5s) is left.
+		b := setup(t, minute.Add(10*time.Second), 1, nil)
+		b.stamp(t, 1, 12*time.Second, 20*time.Second)
+		sl := index.SliceAt(minute, b.idx.Keys().Bucket(1))
+		if _, ok, err := index.TryLock(context.Background(), b.redis.Client, b.idx.Keys().SliceLock(sl), scheduler.DefaultLeaseTTL, b.clk.Now()); !ok || err != nil {
+			t.Fatalf("crashed owner's lock: %v %v", ok, err)
+		}
+		b.start(t)
+		b.runTo(t, minute.Add(25*time.Second))
+		got := b.submissions()
+		if len(got) != 2 {
+			t.Fatalf("submissions %v, want 2", got)
+		}
+		// The lease expires at M+15s; the scheduler polling each second takes the slice then
+		// and fires the overdue occurrence at once (3s late, not a minute), the next on time.
+		if !got[0].at.Equal(minute.Add(15*time.Second)) || !got[1].at.Equal(minute.Add(20*time.Second)) {
+			t.Fatalf("submitted at %s and %s, want M+15s and M+20s", got[0].at.Format(time.StampMilli), got[1].at.Format(time.StampMilli))
+		}
+	})
+
+	t.Run("LiveOwnerKeepsItsLease", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, minute.Add(10*time.Second), 2, nil)
+		b.stamp(t, 1, 40*time.Second)
+		b.stamp(t, 2, 40*time.Second)
+		b.start(t)
+		b.runTo(t, minute.Add(45*time.Second))
+		if got := b.submissions(); len(got) != 2 {
+			t.Fatalf("submissions %v, want exactly 2: each owner kept its 5s lease for 30s", got)
 		}
 	})
 

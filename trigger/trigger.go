@@ -47,6 +47,12 @@ type Config struct {
 	// slice is re-read at once when it moved, so an occurrence stamped shortly before it is
 	// due still fires on time. Default 100ms.
 	ChangePoll time.Duration
+	// Renew, when set, renews the lease on the slice about every RenewEvery while the run
+	// works it and returns the new deadline (unchanged when the renewal failed), so that a
+	// short lease is held for as long as the run is alive and a crashed owner's slice is
+	// free again within seconds.
+	Renew      func(ctx context.Context, now time.Time) time.Time
+	RenewEvery time.Duration
 	Clock      clockwork.Clock
 	Logger     *slog.Logger
 }
@@ -57,8 +63,8 @@ type Summary struct {
 	// because it no longer exists), and a final read after the grace period found no more.
 	Complete bool
 	// Counts of occurrences by outcome; Pending were submitted and had not come back when
-	// the run ended.
-	Succeeded, Failed, Skipped, Unrecorded, Pending int
+	// the run ended; Retrying failed an attempt and have their next one stored.
+	Succeeded, Failed, Skipped, Unrecorded, Pending, Retrying int
 }
 
 // Trigger fires the occurrences of one slice.
@@ -99,6 +105,9 @@ func New(cfg Config, idx Reader, exec Submitter) *Trigger {
 	if cfg.ChangePoll <= 0 || cfg.ChangePoll > cfg.Poll {
 		cfg.ChangePoll = min(DefaultChangePoll, cfg.Poll)
 	}
+	if cfg.RenewEvery <= 0 {
+		cfg.RenewEvery = time.Second
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
 	}
@@ -133,8 +142,13 @@ func (t *Trigger) Run(ctx context.Context) Summary {
 	var nextRead, nextCheck time.Time // zero: read at once
 	seq := int64(-1)                  // change counter as of the last read
 	failing := false                  // reading fails: logged once, not every poll
+	nextRenew := t.clk.Now().Truncate(t.cfg.RenewEvery).Add(t.cfg.RenewEvery)
 	for {
 		now := t.clk.Now()
+		if t.cfg.Renew != nil && !now.Before(nextRenew) {
+			t.cfg.Deadline = t.cfg.Renew(ctx, now)
+			nextRenew = now.Truncate(t.cfg.RenewEvery).Add(t.cfg.RenewEvery)
+		}
 		if !now.Before(t.cfg.Deadline) {
 			return t.end(false, "deadline passed")
 		}
@@ -183,6 +197,9 @@ func (t *Trigger) Run(ctx context.Context) Summary {
 		}
 
 		wake := minTime(minTime(nextRead, nextCheck), t.cfg.Deadline)
+		if t.cfg.Renew != nil {
+			wake = minTime(wake, nextRenew)
+		}
 		if len(t.queue) > 0 && !blocked {
 			wake = minTime(wake, t.queue[0].Due())
 		}
@@ -269,6 +286,9 @@ func (t *Trigger) collect() (unrecorded int) {
 			t.sum.Failed++
 		case executor.Skipped:
 			t.sum.Skipped++
+		case executor.Retrying:
+			// Settled: the next attempt is stored and the executor's poller runs it.
+			t.sum.Retrying++
 		default:
 			// Not recorded: forget it was fired, so the next read queues it again.
 			t.sum.Unrecorded++
