@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -498,26 +497,15 @@ func (a *API) getBatch(c *gin.Context) {
 
 // GET /api/v1/batches?app=&status=&limit=&cursor=
 func (a *API) listBatches(c *gin.Context) {
-	q, err := query(c.Request.URL.RawQuery)
-	if err != nil {
-		a.fail(c, err)
+	lq, ok := a.readListQuery(c, dao.BatchStatuses)
+	if !ok {
 		return
 	}
-	pg, err := parsePage(q)
-	if err != nil {
-		a.fail(c, err)
+	app, ok := a.readApp(c, lq.values)
+	if !ok {
 		return
 	}
-	app := q.Get("app")
-	if app != "" && !appPattern.MatchString(app) {
-		a.fail(c, newError(codeInvalidApp, "app", "app must be 1 to 64 characters of a-z, 0-9, _ and -"))
-		return
-	}
-	status := q.Get("status")
-	if status != "" && !slices.Contains(dao.BatchStatuses, status) {
-		a.fail(c, newError(codeInvalidStatus, "status", "status must be one of %s", strings.Join(dao.BatchStatuses, ", ")))
-		return
-	}
+	pg, status := lq.page, lq.status
 	js, err := a.batches.List(c.Request.Context(), dao.ListBatchesParams{App: app, Status: status, AfterID: pg.afterID, Limit: pg.limit + 1})
 	if err != nil {
 		a.fail(c, fmt.Errorf("listing batches: %w", err))
@@ -537,21 +525,11 @@ func (a *API) listBatchTasks(c *gin.Context) {
 	if !ok {
 		return
 	}
-	q, err := query(c.Request.URL.RawQuery)
-	if err != nil {
-		a.fail(c, err)
+	lq, ok := a.readListQuery(c, dao.TaskStatuses)
+	if !ok {
 		return
 	}
-	pg, err := parsePage(q)
-	if err != nil {
-		a.fail(c, err)
-		return
-	}
-	status := q.Get("status")
-	if status != "" && !slices.Contains(dao.TaskStatuses, status) {
-		a.fail(c, newError(codeInvalidStatus, "status", "status must be one of %s", strings.Join(dao.TaskStatuses, ", ")))
-		return
-	}
+	pg, status := lq.page, lq.status
 	ts, err := a.batches.ListTasks(c.Request.Context(), dao.ListBatchTasksParams{BatchID: id, Status: status, AfterID: pg.afterID, Limit: pg.limit + 1})
 	if err != nil {
 		a.fail(c, fmt.Errorf("listing tasks of batch %d: %w", id, err))

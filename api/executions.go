@@ -31,23 +31,11 @@ func (a *API) listExecutions(c *gin.Context) {
 	if !ok {
 		return
 	}
-	q, err := query(c.Request.URL.RawQuery)
-	if err != nil {
-		a.fail(c, err)
+	lq, ok := a.readListQuery(c, []string{dao.ExecPending, dao.ExecRunning, dao.ExecSucceeded, dao.ExecFailed, dao.ExecMissed})
+	if !ok {
 		return
 	}
-	pg, err := parsePage(q)
-	if err != nil {
-		a.fail(c, err)
-		return
-	}
-	status := q.Get("status")
-	switch status {
-	case "", dao.ExecPending, dao.ExecRunning, dao.ExecSucceeded, dao.ExecFailed, dao.ExecMissed:
-	default:
-		a.fail(c, newError(codeInvalidStatus, "status", "status must be pending, running, succeeded, failed or missed"))
-		return
-	}
+	q, pg, status := lq.values, lq.page, lq.status
 	fromMS, fromSet, err := queryTime(q, "from")
 	if err != nil {
 		a.fail(c, err)

@@ -3,7 +3,11 @@ package api
 import (
 	"encoding/base64"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
 )
 
 // Page sizes of the list endpoints.
@@ -73,4 +77,41 @@ func pageOf[T any](rows []T, limit int, id func(T) int64) ([]T, string) {
 	}
 	rows = rows[:limit]
 	return rows, encodeCursor(id(rows[limit-1]))
+}
+
+// listQuery is what every list endpoint reads first: the query string, the page, and an
+// optional status that must be one of the endpoint's statuses.
+type listQuery struct {
+	values url.Values
+	page   page
+	status string
+}
+
+// readListQuery parses the common part of a list request, answering the error itself when
+// it fails (ok false).
+func (a *API) readListQuery(c *gin.Context, statuses []string) (lq listQuery, ok bool) {
+	q, err := query(c.Request.URL.RawQuery)
+	if err == nil {
+		lq.page, err = parsePage(q)
+	}
+	if err != nil {
+		a.fail(c, err)
+		return lq, false
+	}
+	lq.values, lq.status = q, q.Get("status")
+	if lq.status != "" && !slices.Contains(statuses, lq.status) {
+		a.fail(c, newError(codeInvalidStatus, "status", "status must be one of %s", strings.Join(statuses, ", ")))
+		return lq, false
+	}
+	return lq, true
+}
+
+// readApp reads the optional app filter of a list request.
+func (a *API) readApp(c *gin.Context, q url.Values) (string, bool) {
+	app := q.Get("app")
+	if app != "" && !appPattern.MatchString(app) {
+		a.fail(c, newError(codeInvalidApp, "app", "app must be 1 to 64 characters of a-z, 0-9, _ and -"))
+		return "", false
+	}
+	return app, true
 }

@@ -79,28 +79,15 @@ func (a *API) getTimer(c *gin.Context) {
 
 // GET /api/v1/timers?app=&status=&limit=&cursor=
 func (a *API) listTimers(c *gin.Context) {
-	q, err := query(c.Request.URL.RawQuery)
-	if err != nil {
-		a.fail(c, err)
+	lq, ok := a.readListQuery(c, []string{dao.StatusEnabled, dao.StatusDisabled, dao.StatusCompleted})
+	if !ok {
 		return
 	}
-	pg, err := parsePage(q)
-	if err != nil {
-		a.fail(c, err)
+	app, ok := a.readApp(c, lq.values)
+	if !ok {
 		return
 	}
-	app := q.Get("app")
-	if app != "" && !appPattern.MatchString(app) {
-		a.fail(c, newError(codeInvalidApp, "app", "app must be 1 to 64 characters of a-z, 0-9, _ and -"))
-		return
-	}
-	status := q.Get("status")
-	switch status {
-	case "", dao.StatusEnabled, dao.StatusDisabled, dao.StatusCompleted:
-	default:
-		a.fail(c, newError(codeInvalidStatus, "status", "status must be enabled, disabled or completed"))
-		return
-	}
+	pg, status := lq.page, lq.status
 	timers, err := a.store.ListTimers(c.Request.Context(), dao.ListTimersParams{
 		App: app, Status: status, AfterID: pg.afterID, Limit: pg.limit + 1,
 	})
