@@ -115,6 +115,7 @@ type timerJSON struct {
 	Status     string  `json:"status"`
 	NextFireAt *string `json:"next_fire_at"`
 	Version    int64   `json:"version"`
+	CreatedAt  string  `json:"created_at"`
 }
 
 type executionJSON struct {
