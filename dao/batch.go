@@ -408,15 +408,7 @@ func (s *Store) SetBatchStatus(ctx context.Context, p BatchStatusParams) (BatchJ
 		if err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			if _, err := getBatch(ctx, tx, p.ID); err != nil {
-				return err
-			}
-			return ErrVersionConflict
-		}
-		out, err = getBatch(ctx, tx, p.ID)
+		out, err = readBackVersioned(res, func() (BatchJob, error) { return getBatch(ctx, tx, p.ID) })
 		return err
 	})
 	if err != nil {
@@ -795,15 +787,7 @@ func (s *Store) RestoreTimer(ctx context.Context, img Timer, expectVersion, nowM
 			}
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			if _, err := getTimerAny(ctx, tx, img.ID); err != nil {
-				return err
-			}
-			return ErrVersionConflict
-		}
-		out, err = getTimerAny(ctx, tx, img.ID)
+		out, err = readBackVersioned(res, func() (Timer, error) { return getTimerAny(ctx, tx, img.ID) })
 		return err
 	})
 	if err != nil {

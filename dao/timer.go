@@ -191,15 +191,7 @@ func (s *Store) UpdateTimer(ctx context.Context, t Timer, expectVersion, nowMS i
 			}
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			if _, err := getTimer(ctx, tx, t.ID); err != nil {
-				return err // ErrNotFound or a real error
-			}
-			return ErrVersionConflict
-		}
-		out, err = getTimer(ctx, tx, t.ID)
+		out, err = readBackVersioned(res, func() (Timer, error) { return getTimer(ctx, tx, t.ID) })
 		return err
 	})
 	if err != nil {
@@ -249,6 +241,25 @@ func (s *Store) CompleteOneShot(ctx context.Context, id, version, nowMS int64) e
 		return fmt.Errorf("dao: complete timer %d: %w", id, err)
 	}
 	return nil
+}
+
+// readBackVersioned finishes an optimistic update (UPDATE ... WHERE id = ? AND version = ?):
+// when it changed no row, the row is gone (get's ErrNotFound) or moved on
+// (ErrVersionConflict); otherwise it returns the row as written, read in the same transaction.
+func readBackVersioned[T any](res sql.Result, get func() (T, error)) (T, error) {
+	var zero T
+	n, err := res.RowsAffected()
+	if err != nil {
+		return zero, err
+	}
+	row, err := get()
+	if err != nil {
+		return zero, err
+	}
+	if n == 0 {
+		return zero, ErrVersionConflict
+	}
+	return row, nil
 }
 
 // inTx runs fn in a transaction, committing when it returns nil.
