@@ -26,6 +26,7 @@ type Store interface {
 	DeleteTimer(ctx context.Context, id, nowMS int64) error
 	GetExecution(ctx context.Context, id int64) (dao.Execution, error)
 	ListExecutions(ctx context.Context, p dao.ListExecutionsParams) ([]dao.Execution, error)
+	CreateManualExecution(ctx context.Context, p dao.ManualParams) (dao.Execution, bool, error)
 }
 
 var _ Store = (*dao.Store)(nil)

@@ -43,14 +43,6 @@ const (
 	OpTrigger = "trigger"
 )
 
-// TimerFirer is implemented by an engine hook that can fire a timer once, outside its
-// schedule: the occurrence (t.ID, scheduledAt) is executed as soon as possible through the
-// normal path, at most once (it is keyed like every occurrence). The trigger operation is
-// registered only when the engine has it.
-type TimerFirer interface {
-	FireNow(ctx context.Context, t dao.Timer, scheduledAt time.Time) error
-}
-
 // initBatches registers the timer operations on b.
 func (a *API) initBatches(b *batch.Batch) {
 	if b == nil {
@@ -95,10 +87,7 @@ func (a *API) batchHandlers() []batch.Handler {
 		},
 		batch.Op{Name: OpDelete, MaxDuration: BatchTaskTimeout, Run: a.batchDelete, Revert: a.batchRestore},
 	}
-	if _, ok := a.engine.(TimerFirer); ok {
-		hs = append(hs, batch.Op{Name: OpTrigger, MaxDuration: BatchTaskTimeout, Run: a.batchTrigger})
-	}
-	return hs
+	return append(hs, batch.Op{Name: OpTrigger, MaxDuration: BatchTaskTimeout, Run: a.batchTrigger})
 }
 
 // ourChange reports whether cur is the timer as an earlier attempt of the task journaled it
@@ -213,13 +202,11 @@ func (a *API) batchRestore(ctx context.Context, w *batch.Work) error {
 	return nil
 }
 
-// batchTrigger fires the task's timer once. The occurrence is keyed by the batch's creation
-// time, so a task run twice fires it once.
+// batchTrigger fires the task's timer once, now, outside its schedule: it stores a manual
+// execution, pending and due at once, which the retry poller of any instance running the
+// engine claims and runs like any execution (retries, takeover, the attempts list). The
+// occurrence is keyed by the batch's creation time, so a task run twice fires it once.
 func (a *API) batchTrigger(ctx context.Context, w *batch.Work) error {
-	firer, ok := a.engine.(TimerFirer)
-	if !ok {
-		return batch.Permanent(errors.New("the engine cannot fire timers on this instance"))
-	}
 	id := w.Task.TimerID
 	cur, err := a.store.GetTimer(ctx, id)
 	if err != nil {
@@ -228,16 +215,14 @@ func (a *API) batchTrigger(ctx context.Context, w *batch.Work) error {
 	if cur.Status != dao.StatusEnabled {
 		return batch.Permanent(fmt.Errorf("timer %d is %s; only an enabled timer can be triggered", id, cur.Status))
 	}
-	at := w.Job.CreatedMS
-	done, err := a.store.ListExecutions(ctx, dao.ListExecutionsParams{TimerID: id, FromMS: at, ToMS: at + 1, Limit: 1})
+	exec, _, err := a.store.CreateManualExecution(ctx, dao.ManualParams{
+		TimerID: id, ScheduledMS: w.Job.CreatedMS, NowMS: a.clock.Now().UnixMilli()})
 	if err != nil {
-		return batchTaskError(err)
+		return batchTaskError(fmt.Errorf("firing timer %d: %w", id, err))
 	}
-	if len(done) > 0 {
-		return nil
-	}
-	if err := firer.FireNow(ctx, cur, time.UnixMilli(at)); err != nil {
-		return fmt.Errorf("firing timer %d: %w", id, err)
+	if exec.ID == 0 {
+		// Disabled or deleted between the read and the insert.
+		return batch.Permanent(fmt.Errorf("timer %d is no longer enabled; not triggered", id))
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,12 +22,10 @@ import (
 type batchBundle struct {
 	*testBundle
 	batches *batch.Batch
-	fires   *fireHook // set when the engine can fire timers
 }
 
 type batchOpts struct {
 	unstarted bool // create batches but run none
-	firer     bool // the engine hook implements TimerFirer
 }
 
 func setupBatches(t *testing.T, s *dao.Store, opts ...batchOpts) *batchBundle {
@@ -44,12 +41,7 @@ func setupBatches(t *testing.T, s *dao.Store, opts ...batchOpts) *batchBundle {
 		t.Fatal(err)
 	}
 	bb := &batchBundle{testBundle: tb, batches: bt}
-	var engine EngineHook = tb.hook
-	if o.firer {
-		bb.fires = &fireHook{fakeHook: tb.hook}
-		engine = bb.fires
-	}
-	tb.api = New(Deps{Store: s, Clock: tb.clock, Engine: engine, Log: log, Version: "test", Batches: bt})
+	tb.api = New(Deps{Store: s, Clock: tb.clock, Engine: tb.hook, Log: log, Version: "test", Batches: bt})
 	tb.h = tb.api.Handler()
 	if !o.unstarted {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -62,26 +54,6 @@ func setupBatches(t *testing.T, s *dao.Store, opts ...batchOpts) *batchBundle {
 		})
 	}
 	return bb
-}
-
-// fireHook is an engine that can fire timers: it records each FireNow.
-type fireHook struct {
-	*fakeHook
-	mu    sync.Mutex
-	fired []string // dao.Key of each occurrence fired
-}
-
-func (f *fireHook) FireNow(_ context.Context, t dao.Timer, at time.Time) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.fired = append(f.fired, dao.Key(t.ID, at.UnixMilli()))
-	return nil
-}
-
-func (f *fireHook) keys() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.fired...)
 }
 
 // createBatch posts a batch and fails unless the answer is want.
@@ -480,19 +452,13 @@ func TestBatchPartialFailure(t *testing.T) {
 	})
 }
 
-// trigger fires each enabled timer once through the engine, keyed by the batch's creation
-// time, and cannot be rolled back.
+// trigger stores one manual execution per enabled timer, pending and due at once (the
+// engine's retry poller runs it), keyed by the batch's creation time, and cannot be rolled
+// back. The engine side is in test/batch_trigger_test.go.
 func TestBatchTrigger(t *testing.T) {
 	t.Parallel()
-	t.Run("NeedsAnEngineThatFires", func(t *testing.T) {
-		t.Parallel()
-		b := setupBatches(t, daotest.SQLite(t))
-		b.timers(t, "trig", 1)
-		b.do(t, http.MethodPost, "/api/v1/batches", map[string]any{"operation": "trigger", "target": map[string]any{"app": "trig"}}).
-			wantError(t, 422, "unknown_operation", "operation")
-	})
 	daotest.ForEachStore(t, func(t *testing.T, s *dao.Store) {
-		b := setupBatches(t, s, batchOpts{firer: true, unstarted: true})
+		b := setupBatches(t, s, batchOpts{unstarted: true})
 		ts := b.timers(t, "trig", 5) // 0, 2, 4 enabled
 		v := b.createBatch(t, map[string]any{"operation": "trigger", "target": map[string]any{"app": "trig"}}, 202)
 		// Timer 2 fired already (a previous run of its task, say): not fired again.
@@ -510,9 +476,30 @@ func TestBatchTrigger(t *testing.T) {
 		if v.Counts[dao.TaskSuccess] != 3 || v.Counts[dao.TaskFail] != 2 {
 			t.Fatalf("counts %v", v.Counts)
 		}
-		want := []string{dao.Key(ts[0].ID, t0.UnixMilli()), dao.Key(ts[4].ID, t0.UnixMilli())}
-		if got := b.fires.keys(); strings.Join(got, ",") != strings.Join(want, ",") && strings.Join(got, ",") != want[1]+","+want[0] {
-			t.Fatalf("fired %v, want %v", got, want)
+		for i, tm := range ts {
+			es, err := s.ListExecutions(ctx, dao.ListExecutionsParams{TimerID: tm.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch i {
+			case 0, 4:
+				if len(es) != 1 || !es[0].Manual || es[0].Status != dao.ExecPending || es[0].ScheduledMS != t0.UnixMilli() {
+					t.Fatalf("timer %d: executions %+v, want one manual pending at the batch's creation", i, es)
+				}
+				var ex ExecutionDetail
+				b.do(t, http.MethodGet, fmt.Sprintf("/api/v1/executions/%d", es[0].ID), nil).decode(t, &ex)
+				if !ex.Manual {
+					t.Fatalf("execution view %+v: want manual", ex)
+				}
+			case 2:
+				if len(es) != 1 || es[0].Manual || es[0].Owner != "x" {
+					t.Fatalf("timer 2 fired again: %+v", es)
+				}
+			default:
+				if len(es) != 0 {
+					t.Fatalf("disabled timer %d triggered: %+v", i, es)
+				}
+			}
 		}
 		b.do(t, http.MethodPost, batchPath(v.ID)+"/rollback", nil).wantError(t, 409, "not_reversible", "")
 	})

@@ -59,6 +59,8 @@ type Execution struct {
 	Error       string  `json:"error"`
 	Response    string  `json:"response"`
 	Instance    string  `json:"instance"`
+	// Manual: fired by hand (batch trigger), outside the timer's schedule.
+	Manual bool `json:"manual"`
 }
 
 // List is the shape of every list response.
@@ -146,6 +148,7 @@ func executionView(e dao.Execution) Execution {
 		Error:       e.Error,
 		Response:    e.Response,
 		Instance:    e.Owner,
+		Manual:      e.Manual,
 	}
 	if e.HTTPStatus != 0 {
 		s := e.HTTPStatus

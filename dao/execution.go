@@ -10,7 +10,7 @@ import (
 )
 
 const execCols = `id, timer_id, scheduled_ms, status, attempt, owner, timer_version, started_ms,
-	finished_ms, duration_ms, http_status, error, response, created_ms, updated_ms`
+	finished_ms, duration_ms, http_status, error, response, created_ms, updated_ms, manual`
 
 // Column limits of timer_task (characters); longer values are cut on write.
 const (
@@ -66,6 +66,44 @@ func (s *Store) ClaimExecution(ctx context.Context, p ClaimParams) (existing Exe
 		return Execution{}, false, nil // the timer is not enabled at that version
 	case err != nil:
 		return Execution{}, false, fmt.Errorf("dao: claim %s: read back: %w", Key(p.TimerID, p.ScheduledMS), err)
+	}
+	return e, n == 1, nil
+}
+
+// ManualParams names a manual execution: the timer fired once by hand at ScheduledMS.
+type ManualParams struct {
+	TimerID     int64
+	ScheduledMS int64
+	NowMS       int64
+}
+
+// CreateManualExecution inserts a manual execution of an enabled timer as pending, due at
+// NowMS, so the retry poller of any instance running the engine claims it and makes its first
+// attempt (an API-only instance can create it). created=false when the occurrence has an
+// execution already (it is returned: the same request made twice fires once) or the timer is
+// not enabled (existing.ID == 0).
+func (s *Store) CreateManualExecution(ctx context.Context, p ManualParams) (existing Execution, created bool, err error) {
+	key := Key(p.TimerID, p.ScheduledMS)
+	due := max(p.NowMS, 1) // next_retry_ms = 0 means "no attempt due"
+	q := `INSERT INTO timer_task (timer_id, scheduled_ms, status, attempt, owner, timer_version,
+		started_ms, finished_ms, duration_ms, http_status, error, response, created_ms, updated_ms,
+		next_retry_ms, manual)
+	SELECT id, ?, ?, 0, '', version, 0, 0, 0, 0, '', '', ?, ?, ?, 1
+	FROM timer WHERE id = ? AND status = ?` + s.ignoreDuplicateClause("timer_task", "timer_id, scheduled_ms")
+	res, err := s.db.ExecContext(ctx, q, p.ScheduledMS, ExecPending, p.NowMS, p.NowMS, due, p.TimerID, StatusEnabled)
+	if err != nil {
+		return Execution{}, false, fmt.Errorf("dao: create manual execution %s: %w", key, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return Execution{}, false, fmt.Errorf("dao: create manual execution %s: %w", key, err)
+	}
+	e, err := s.executionByOccurrence(ctx, p.TimerID, p.ScheduledMS)
+	switch {
+	case errors.Is(err, ErrNotFound) && n == 0:
+		return Execution{}, false, nil
+	case err != nil:
+		return Execution{}, false, fmt.Errorf("dao: create manual execution %s: read back: %w", key, err)
 	}
 	return e, n == 1, nil
 }

@@ -269,3 +269,35 @@ func TestListExecutions(t *testing.T) {
 		}
 	})
 }
+
+// A manual execution is pending, due at once, attempt 0: the retry poller claims it and makes
+// attempt 1. Creating it twice returns the first; a timer not enabled gets none.
+func TestCreateManualExecution(t *testing.T) {
+	t.Parallel()
+	daotest.ForEachStore(t, func(t *testing.T, s *dao.Store) {
+		ctx := context.Background()
+		tm := mustCreate(t, s, newTimer("app", "manual"))
+		p := dao.ManualParams{TimerID: tm.ID, ScheduledMS: t0 + 7, NowMS: t0 + 10}
+		first, created, err := s.CreateManualExecution(ctx, p)
+		if err != nil || !created || !first.Manual || first.Status != dao.ExecPending || first.Attempt != 0 ||
+			first.TimerVersion != tm.Version || first.ScheduledMS != p.ScheduledMS {
+			t.Fatalf("create = %+v, %v, %v", first, created, err)
+		}
+		again, created, err := s.CreateManualExecution(ctx, dao.ManualParams{TimerID: tm.ID, ScheduledMS: t0 + 7, NowMS: t0 + 20})
+		if err != nil || created || again != first {
+			t.Fatalf("second create = %+v, %v, %v; want the first, not created", again, created, err)
+		}
+		claimed, err := s.ClaimDueRetries(ctx, dao.ClaimRetriesParams{Owner: "n1", NowMS: t0 + 10})
+		if err != nil || len(claimed) != 1 || claimed[0].ID != first.ID || claimed[0].Attempt != 1 || !claimed[0].Manual {
+			t.Fatalf("claim due = %+v, %v; want the manual execution at attempt 1", claimed, err)
+		}
+
+		off := newTimer("app", "manual-off")
+		off.Status = dao.StatusDisabled
+		off = mustCreate(t, s, off)
+		got, created, err := s.CreateManualExecution(ctx, dao.ManualParams{TimerID: off.ID, ScheduledMS: t0, NowMS: t0})
+		if err != nil || created || got.ID != 0 {
+			t.Fatalf("disabled timer: %+v, %v, %v; want nothing", got, created, err)
+		}
+	})
+}

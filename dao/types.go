@@ -100,6 +100,8 @@ type Execution struct {
 	Response   string `db:"response"`
 	CreatedMS  int64  `db:"created_ms"`
 	UpdatedMS  int64  `db:"updated_ms"`
+	// Manual: fired by hand (batch trigger), outside the timer's schedule.
+	Manual bool `db:"manual"`
 }
 
 // Key is the idempotency key of an occurrence, "<timer_id>:<scheduled unix ms>": the same

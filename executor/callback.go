@@ -21,6 +21,8 @@ const (
 	HeaderScheduledAt    = "Tock-Scheduled-At"
 	HeaderAttempt        = "Tock-Attempt"
 	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderManual is "true" on an occurrence fired by hand (batch trigger), absent otherwise.
+	HeaderManual = "Tock-Manual"
 )
 
 // DefaultCallbackTimeout applies when a timer's callback has no timeout.
@@ -88,6 +90,9 @@ func (e *Executor) attempt(ctx context.Context, t dao.Timer, occ Occurrence, att
 	req.Header.Set(HeaderTimerID, strconv.FormatInt(occ.TimerID, 10))
 	req.Header.Set(HeaderScheduledAt, schedule.FormatTime(time.UnixMilli(occ.ScheduledMS)))
 	req.Header.Set(HeaderAttempt, strconv.Itoa(max(attemptNo, 1)))
+	if occ.Manual {
+		req.Header.Set(HeaderManual, "true")
+	}
 	req.Header.Set(HeaderIdempotencyKey, occ.Key())
 
 	resp, err := e.client.Do(req)

@@ -91,6 +91,8 @@ func (c Config) withDefaults() Config {
 type Occurrence struct {
 	TimerID     int64
 	ScheduledMS int64
+	// Manual: fired by hand (batch trigger), not by the schedule; see dao.Execution.Manual.
+	Manual bool
 }
 
 // Key is the occurrence's idempotency key.
@@ -360,7 +362,7 @@ func (e *Executor) Execute(ctx context.Context, occ Occurrence) (res Result) {
 // or the last attempt); or pending with the next attempt's time (Retrying). An execution
 // whose lease was taken over is not written (Skipped): the new owner's result stands.
 func (e *Executor) run(ctx context.Context, t dao.Timer, sched schedule.Schedule, exec dao.Execution) Result {
-	occ := Occurrence{TimerID: exec.TimerID, ScheduledMS: exec.ScheduledMS}
+	occ := Occurrence{TimerID: exec.TimerID, ScheduledMS: exec.ScheduledMS, Manual: exec.Manual}
 	l := e.leases.add(exec.ID, e.clk.Now())
 	defer e.leases.remove(exec.ID)
 
@@ -405,7 +407,8 @@ func (e *Executor) run(ctx context.Context, t dao.Timer, sched schedule.Schedule
 	} else if err != nil {
 		return e.unrecorded(occ, "record result", err)
 	}
-	if sched.Kind() == schedule.KindAt && rec.Status != dao.ExecPending {
+	// A one-shot fired by hand keeps its own scheduled occurrence.
+	if sched.Kind() == schedule.KindAt && rec.Status != dao.ExecPending && !exec.Manual {
 		if err := e.completeOneShot(ctx, t.ID, t.Version); err != nil {
 			return e.unrecorded(occ, "complete one-shot", err)
 		}

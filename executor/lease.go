@@ -269,7 +269,8 @@ func (e *Executor) RunClaimed(ctx context.Context, exec dao.Execution) (res Resu
 	var sched schedule.Schedule
 	if why == "" {
 		sched, err = schedule.Parse(schedule.Spec(t.Schedule), time.UnixMilli(t.AnchorMS))
-		if err != nil || !schedule.Has(sched, time.UnixMilli(occ.ScheduledMS)) {
+		// A manual execution is not an occurrence of the schedule by design.
+		if err != nil || !exec.Manual && !schedule.Has(sched, time.UnixMilli(occ.ScheduledMS)) {
 			why = "not an occurrence of the timer's current schedule"
 		}
 	}
