@@ -84,9 +84,18 @@ func New(ctx context.Context, cfg conf.Config, log *slog.Logger, clk clockwork.C
 	} else {
 		a.rdb = index.NewClient(cfg.Redis)
 	}
+	if err := index.Instrument(a.rdb, a.metrics); err != nil {
+		a.closeStores()
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	// The store's connection pool: go_sql_* series labelled db_name=mysql or sqlite.
+	if err := a.metrics.Register(collectors.NewDBStatsCollector(a.store.DB().DB, a.store.Dialect())); err != nil {
+		a.closeStores()
+		return nil, fmt.Errorf("app: register store metrics: %w", err)
+	}
 	// With engine.disabled the engine still stamps changed timers into the index (it fires
 	// nothing), so API-only instances keep the index current for the others.
-	a.engine, err = NewEngine(cfg, a.store, a.rdb, clk, log)
+	a.engine, err = NewEngine(cfg, a.store, a.rdb, clk, log, WithMetrics(a.metrics))
 	if err != nil {
 		a.closeStores()
 		return nil, fmt.Errorf("app: build engine: %w", err)

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tockd/tock/compensator"
@@ -48,14 +49,35 @@ type Engine struct {
 // NewEngine builds the engine over store and rdb; nothing runs until Start. With
 // engine.disabled the engine fires nothing, but TimerChanged still stamps the index and the
 // migrator still runs, so an API-only instance keeps the index up to date for the others.
-func NewEngine(cfg conf.Config, store *dao.Store, rdb redis.UniversalClient, clk clockwork.Clock, log *slog.Logger) (*Engine, error) {
+func NewEngine(cfg conf.Config, store *dao.Store, rdb redis.UniversalClient, clk clockwork.Clock, log *slog.Logger, opts ...EngineOption) (*Engine, error) {
 	if store == nil {
 		return nil, errors.New("app: engine needs a store")
 	}
-	return newEngine(cfg, store, rdb, clk, log)
+	return newEngine(cfg, store, rdb, clk, log, opts...)
 }
 
-func newEngine(cfg conf.Config, store engineStore, rdb redis.UniversalClient, clk clockwork.Clock, log *slog.Logger) (*Engine, error) {
+// EngineOption sets what NewEngine takes beyond the configuration.
+type EngineOption func(*engineOptions)
+
+type engineOptions struct {
+	metrics prometheus.Registerer
+}
+
+// WithMetrics registers the engine's metrics on r (the app's /metrics registry). Without it
+// they go to a private registry nobody reads.
+func WithMetrics(r prometheus.Registerer) EngineOption {
+	return func(o *engineOptions) { o.metrics = r }
+}
+
+func newEngine(cfg conf.Config, store engineStore, rdb redis.UniversalClient, clk clockwork.Clock, log *slog.Logger, opts ...EngineOption) (*Engine, error) {
+	var o engineOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.metrics == nil {
+		// One registry for all the parts, so they share their common series as in the app.
+		o.metrics = prometheus.NewRegistry()
+	}
 	if rdb == nil {
 		return nil, errors.New("app: engine needs a redis client")
 	}
@@ -70,10 +92,11 @@ func newEngine(cfg conf.Config, store engineStore, rdb redis.UniversalClient, cl
 	e.idx = index.New(rdb, index.NewKeys(cfg.Redis.KeyPrefix, cfg.Engine.Buckets))
 	var err error
 	e.mig, err = migrator.New(migrator.Config{
-		Step:   cfg.Engine.MigrateStep.D(),
-		Window: cfg.Engine.MigrateWindow.D(),
-		Clock:  clk,
-		Logger: log,
+		Step:       cfg.Engine.MigrateStep.D(),
+		Window:     cfg.Engine.MigrateWindow.D(),
+		Clock:      clk,
+		Logger:     log,
+		Registerer: o.metrics,
 	}, store, e.idx)
 	if err != nil {
 		return nil, fmt.Errorf("app: engine: %w", err)
@@ -90,6 +113,7 @@ func newEngine(cfg conf.Config, store engineStore, rdb redis.UniversalClient, cl
 		ResultWriteTimeout:   cfg.Engine.ResultWriteTimeout.D(),
 		Clock:                clk,
 		Logger:               log,
+		Registerer:           o.metrics,
 	}, store)
 	if err != nil {
 		return nil, fmt.Errorf("app: engine: %w", err)
@@ -99,6 +123,7 @@ func newEngine(cfg conf.Config, store engineStore, rdb redis.UniversalClient, cl
 		InstanceID: cfg.InstanceID, Grace: cc.Grace.D(), Quiet: cc.Quiet.D(),
 		FastInterval: cc.FastInterval.D(), SlowInterval: cc.SlowInterval.D(), StuckAfter: cc.StuckAfter.D(),
 		CatchUpWindow: cc.CatchUpWindow.D(), Rate: cc.Rate, MaxPerPass: cc.MaxPerPass, Clock: clk, Logger: log,
+		Registerer: o.metrics,
 	}, compensator.Deps{Store: store, Executor: e.exec, Keys: e.idx.Keys()})
 	if err != nil {
 		e.exec.Stop()
@@ -107,6 +132,7 @@ func newEngine(cfg conf.Config, store engineStore, rdb redis.UniversalClient, cl
 	e.poll, err = executor.NewPoller(executor.PollerConfig{
 		InstanceID: cfg.InstanceID, Interval: cfg.Engine.RetryPoll.D(), HeartbeatInterval: cfg.Engine.HeartbeatInterval.D(),
 		MissedBeats: cfg.Engine.MissedHeartbeats, OnTakeover: e.comp.NoteTakeover, Clock: clk, Logger: log,
+		Registerer: o.metrics,
 	}, store, e.exec)
 	if err != nil {
 		e.exec.Stop()
@@ -114,7 +140,7 @@ func newEngine(cfg conf.Config, store engineStore, rdb redis.UniversalClient, cl
 	}
 	e.sched, err = scheduler.New(scheduler.Config{Buckets: cfg.Engine.Buckets, Clock: clk, Logger: log,
 		LeaseTTL: cfg.Engine.SliceLeaseTTL.D(), LeaseRenew: cfg.Engine.SliceLeaseRenew.D(),
-		OnSliceDone: e.comp.RecordSliceDone}, e.idx, e.exec)
+		OnSliceDone: e.comp.RecordSliceDone, Registerer: o.metrics}, e.idx, e.exec)
 	if err != nil {
 		e.exec.Stop()
 		return nil, fmt.Errorf("app: engine: %w", err)

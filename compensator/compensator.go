@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/tockd/tock/dao"
@@ -88,6 +89,9 @@ type Config struct {
 	MaxPerPass int
 	Clock      clockwork.Clock
 	Logger     *slog.Logger
+	// Registerer takes the compensator's metrics (the app's /metrics registry). Default: a
+	// private registry.
+	Registerer prometheus.Registerer
 }
 
 func (c Config) withDefaults() Config {
@@ -171,6 +175,7 @@ type Compensator struct {
 	clk   clockwork.Clock
 	log   *slog.Logger
 	lim   *rate.Limiter
+	m     *metrics
 
 	passMu sync.Mutex // one pass at a time (loop or RunNow)
 	// firedOnce: per fire_once timer, the latest missed occurrence this process fired, so a
@@ -202,7 +207,12 @@ func New(cfg Config, deps Deps) (*Compensator, error) {
 	if cfg.SlowInterval < cfg.FastInterval {
 		return nil, fmt.Errorf("compensator: slow interval %s shorter than fast interval %s", cfg.SlowInterval, cfg.FastInterval)
 	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	return &Compensator{
+		m:         m,
 		cfg:       cfg,
 		store:     deps.Store,
 		exec:      deps.Executor,
@@ -267,6 +277,7 @@ func (c *Compensator) RecordSliceDone(ctx context.Context, sl index.Slice) {
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		c.log.Warn("record slice done; it will be scanned by compensation", "slice", sl.String(), "err", err)
+		c.m.storeErrors.Inc()
 	}
 }
 
@@ -392,6 +403,7 @@ func (c *Compensator) run(ctx context.Context, now time.Time, kind string) (Repo
 	rep := Report{Kind: kind, At: now}
 	begin := c.clk.Now()
 	err := c.pass(ctx, now, &rep)
+	c.m.pass(kind, err)
 	rep.Duration = c.clk.Since(begin)
 	if err != nil {
 		rep.Err = err.Error()

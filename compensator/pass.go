@@ -293,6 +293,7 @@ func (c *Compensator) settle(ctx context.Context, now, windowStart time.Time, mi
 			return false, err
 		}
 		rep.Missed++
+		c.m.missed.Inc()
 	}
 	c.pruneFiredOnce(windowStart)
 	if len(fire) == 0 {
@@ -346,6 +347,7 @@ func (c *Compensator) redrive(ctx context.Context, occs []executor.Occurrence, r
 		}
 		mu.Lock()
 		rep.Redriven++
+		c.m.compensations.Inc()
 		mu.Unlock()
 	}
 	wg.Wait()

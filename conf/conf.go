@@ -83,7 +83,8 @@ type Engine struct {
 	// PoolSize is the number of executor goroutines (ants pool); also sizes the HTTP
 	// connection pool. Default: 256.
 	PoolSize int `yaml:"pool_size"`
-	// MigrateStep is how often the migrator stamps a new window, aligned to the clock. Default: 1h.
+	// MigrateStep is how often the migrator moves the window, aligned to the clock; each step
+	// stamps only the time newly entering the window. Default: 1m.
 	MigrateStep Duration `yaml:"migrate_step"`
 	// MigrateWindow is how far ahead occurrences are stamped into Redis; at least MigrateStep.
 	// Default: 2h.
@@ -173,7 +174,7 @@ func Default() Config {
 		Engine: Engine{
 			Buckets:              8,
 			PoolSize:             256,
-			MigrateStep:          Duration(time.Hour),
+			MigrateStep:          Duration(time.Minute),
 			MigrateWindow:        Duration(2 * time.Hour),
 			ResponseExcerptBytes: 1024,
 			HeartbeatInterval:    Duration(2 * time.Second),

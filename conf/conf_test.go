@@ -60,7 +60,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"BucketsZero", "", []string{"TOCK_ENGINE_BUCKETS=0"}, "engine.buckets"},
 		{"EnvNotInt", "", []string{"TOCK_ENGINE_POOL_SIZE=many"}, "TOCK_ENGINE_POOL_SIZE"},
 		{"EnvBadDuration", "", []string{"TOCK_HTTP_SHUTDOWN_TIMEOUT=10"}, "http.shutdown_timeout"},
-		{"WindowShorterThanStep", "engine:\n  migrate_window: 30m\n", nil, "engine.migrate_window"},
+		{"WindowShorterThanStep", "engine:\n  migrate_step: 1h\n  migrate_window: 30m\n", nil, "engine.migrate_window"},
 		{"BadLogLevel", "", []string{"TOCK_LOG_LEVEL=loud"}, "log.level"},
 		{"PrefixWithBrace", "", []string{"TOCK_REDIS_KEY_PREFIX={x}"}, "redis.key_prefix"},
 	}

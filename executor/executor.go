@@ -12,6 +12,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/panjf2000/ants/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tockd/tock/dao"
 	"github.com/tockd/tock/schedule"
@@ -57,6 +58,12 @@ type Config struct {
 	ResultWriteTimeout time.Duration
 	// Jitter picks a retry delay in [0, max] (full jitter). Default: uniformly random.
 	Jitter func(max time.Duration) time.Duration
+	// Registerer takes the executor's metrics (the app's /metrics registry). Default: a
+	// private registry.
+	Registerer prometheus.Registerer
+	// Ungrouped sends each occurrence's store calls alone even when the store can group
+	// them (GroupStore; see group.go). For tests and comparisons.
+	Ungrouped bool
 }
 
 func (c Config) withDefaults() Config {
@@ -146,6 +153,8 @@ type Executor struct {
 	active   sync.Map // occurrence keys being executed by this process
 	leases   leases   // executions in flight here, renewed by the heartbeat loop
 	hb       heartbeat
+	grouped  *groupedStore // nil when the store's calls go out one by one
+	m        *metrics
 
 	// base is the context of every execution: cancelled only when Stop gives up waiting.
 	base       context.Context
@@ -179,8 +188,13 @@ func New(cfg Config, store Store) (*Executor, error) {
 		t.MaxIdleConnsPerHost = cfg.PoolSize
 		transport = t
 	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		pool.Release()
+		return nil, err
+	}
 	base, cancel := context.WithCancel(context.Background())
-	return &Executor{
+	e := &Executor{
 		cfg:   cfg,
 		store: store,
 		clk:   cfg.Clock,
@@ -197,7 +211,18 @@ func New(cfg Config, store Store) (*Executor, error) {
 		base:       base,
 		cancelBase: cancel,
 		stopping:   make(chan struct{}),
-	}, nil
+		m:          m,
+	}
+	if err := registerPool(cfg.Registerer, e); err != nil {
+		cancel()
+		pool.Release()
+		return nil, err
+	}
+	if g, ok := store.(GroupStore); ok && !cfg.Ungrouped {
+		e.grouped = newGroupedStore(store, g)
+		e.store = e.grouped
+	}
+	return e, nil
 }
 
 // Submit runs occ on the pool and calls done with its result from the pool's goroutine (done
@@ -274,6 +299,9 @@ func (e *Executor) Stop() {
 			e.log.Warn("executor pool release", "err", err)
 		}
 		e.client.CloseIdleConnections()
+		if e.grouped != nil {
+			e.grouped.stop() // after every task: their last writes are in
+		}
 	})
 }
 
@@ -368,6 +396,7 @@ func (e *Executor) run(ctx context.Context, t dao.Timer, sched schedule.Schedule
 
 	started := e.clk.Now()
 	a := e.attempt(ctx, t, occ, exec.Attempt)
+	e.m.attempted(occ, exec.Attempt, started, a.duration)
 	if l.lost.Load() {
 		return e.skip(occ, "lost the execution to another instance")
 	}
@@ -416,6 +445,7 @@ func (e *Executor) run(ctx context.Context, t dao.Timer, sched schedule.Schedule
 	e.log.Debug("occurrence attempted", "timer_id", occ.TimerID, "scheduled_at", schedule.FormatTime(time.UnixMilli(occ.ScheduledMS)),
 		"attempt", exec.Attempt, "status", rec.Status, "http_status", a.httpStatus, "duration_ms", a.duration.Milliseconds(),
 		"error", a.err, "next_retry_ms", rec.NextRetryMS)
+	e.m.count(res.Outcome)
 	return res
 }
 
@@ -433,6 +463,7 @@ func writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
 
 func (e *Executor) skip(occ Occurrence, reason string) Result {
 	e.log.Debug("occurrence skipped", "timer_id", occ.TimerID, "scheduled_ms", occ.ScheduledMS, "reason", reason)
+	e.m.count(Skipped)
 	return Result{Occurrence: occ, Outcome: Skipped, Reason: reason}
 }
 
@@ -441,5 +472,7 @@ func (e *Executor) unrecorded(occ Occurrence, doing string, err error) Result {
 	if !errors.Is(err, context.Canceled) {
 		e.log.Warn("occurrence not recorded", "timer_id", occ.TimerID, "scheduled_ms", occ.ScheduledMS, "err", err)
 	}
+	e.m.count(Unrecorded)
+	e.m.storeError(componentExecutor, err)
 	return Result{Occurrence: occ, Outcome: Unrecorded, Err: err}
 }

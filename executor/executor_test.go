@@ -3,6 +3,7 @@ package executor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -329,66 +330,68 @@ func TestExecute(t *testing.T) {
 		}
 	})
 
-	t.Run("StoreFailureIsUnrecorded", func(t *testing.T) {
-		t.Parallel()
-		ds := daotest.SQLite(t)
-		fs := &failingStore{Store: ds}
-		b := setup(t, fs, executor.Config{ResultWriteTimeout: 50 * time.Millisecond})
-		b.store = ds
-		rcv := newReceiver(t, nil)
-		tm := b.createTimer(t, everySecond, dao.Callback{URL: rcv.URL})
-		occ := executor.Occurrence{TimerID: tm.ID, ScheduledMS: t0.Add(time.Second).UnixMilli()}
+	for _, ungrouped := range []bool{false, true} {
+		t.Run(fmt.Sprint("StoreFailureIsUnrecorded/ungrouped=", ungrouped), func(t *testing.T) {
+			t.Parallel()
+			ds := daotest.SQLite(t)
+			fs := &failingStore{Store: ds}
+			b := setup(t, fs, executor.Config{ResultWriteTimeout: 50 * time.Millisecond, Ungrouped: ungrouped})
+			b.store = ds
+			rcv := newReceiver(t, nil)
+			tm := b.createTimer(t, everySecond, dao.Callback{URL: rcv.URL})
+			occ := executor.Occurrence{TimerID: tm.ID, ScheduledMS: t0.Add(time.Second).UnixMilli()}
 
-		fs.failClaim.Store(true)
-		if res := b.exec.Execute(ctx, occ); res.Outcome != executor.Unrecorded || res.Recorded() || res.Err == nil {
-			t.Fatalf("claim failing: %+v, want unrecorded", res)
-		}
-		fs.failClaim.Store(false)
-		fs.failFinish.Store(true)
-		if res := b.exec.Execute(ctx, occ); res.Outcome != executor.Unrecorded {
-			t.Fatalf("finish failing: %+v, want unrecorded", res)
-		}
-		fs.failFinish.Store(false)
-		if rcv.calls.Load() != 1 {
-			t.Fatalf("%d calls, want 1 (claim failed before the call, finish after it)", rcv.calls.Load())
-		}
-		// The row is left running by this instance: the next try adopts it, calls again
-		// (at least once) and records the result.
-		if res := b.exec.Execute(ctx, occ); res.Outcome != executor.Succeeded {
-			t.Fatalf("retry after a lost result: %+v, want succeeded", res)
-		}
-		if e := b.executions(t, tm.ID); len(e) != 1 || e[0].Status != dao.ExecSucceeded || rcv.calls.Load() != 2 {
-			t.Fatalf("executions %+v, %d calls: want one succeeded execution after 2 calls", e, rcv.calls.Load())
-		}
-	})
+			fs.failClaim.Store(true)
+			if res := b.exec.Execute(ctx, occ); res.Outcome != executor.Unrecorded || res.Recorded() || res.Err == nil {
+				t.Fatalf("claim failing: %+v, want unrecorded", res)
+			}
+			fs.failClaim.Store(false)
+			fs.failFinish.Store(true)
+			if res := b.exec.Execute(ctx, occ); res.Outcome != executor.Unrecorded {
+				t.Fatalf("finish failing: %+v, want unrecorded", res)
+			}
+			fs.failFinish.Store(false)
+			if rcv.calls.Load() != 1 {
+				t.Fatalf("%d calls, want 1 (claim failed before the call, finish after it)", rcv.calls.Load())
+			}
+			// The row is left running by this instance: the next try adopts it, calls again
+			// (at least once) and records the result.
+			if res := b.exec.Execute(ctx, occ); res.Outcome != executor.Succeeded {
+				t.Fatalf("retry after a lost result: %+v, want succeeded", res)
+			}
+			if e := b.executions(t, tm.ID); len(e) != 1 || e[0].Status != dao.ExecSucceeded || rcv.calls.Load() != 2 {
+				t.Fatalf("executions %+v, %d calls: want one succeeded execution after 2 calls", e, rcv.calls.Load())
+			}
+		})
 
-	t.Run("LostClaimAnswerIsAdoptedByItsOwner", func(t *testing.T) {
-		t.Parallel()
-		ds := daotest.SQLite(t)
-		fs := &failingStore{Store: ds}
-		b := setup(t, fs, executor.Config{})
-		b.store = ds
-		rcv := newReceiver(t, nil)
-		tm := b.createTimer(t, everySecond, dao.Callback{URL: rcv.URL})
-		occ := executor.Occurrence{TimerID: tm.ID, ScheduledMS: t0.Add(time.Second).UnixMilli()}
-		fs.loseClaimAnswer.Store(true)
-		if res := b.exec.Execute(ctx, occ); res.Outcome != executor.Unrecorded {
-			t.Fatalf("claim answer lost: %+v, want unrecorded", res)
-		}
-		fs.loseClaimAnswer.Store(false)
-		if res := b.exec.Execute(ctx, occ); res.Outcome != executor.Succeeded || rcv.calls.Load() != 1 {
-			t.Fatalf("second try: %+v after %d calls, want succeeded after 1 call", res, rcv.calls.Load())
-		}
-		// Another instance must not adopt it: that is the takeover's job, with heartbeats.
-		other := setup(t, ds, executor.Config{InstanceID: "test-2"})
-		occ2 := executor.Occurrence{TimerID: tm.ID, ScheduledMS: t0.Add(2 * time.Second).UnixMilli()}
-		fs.loseClaimAnswer.Store(true)
-		_ = b.exec.Execute(ctx, occ2)
-		fs.loseClaimAnswer.Store(false)
-		if res := other.exec.Execute(ctx, occ2); res.Outcome != executor.Skipped || rcv.calls.Load() != 1 {
-			t.Fatalf("other instance: %+v after %d calls, want skipped and no call", res, rcv.calls.Load())
-		}
-	})
+		t.Run(fmt.Sprint("LostClaimAnswerIsAdoptedByItsOwner/ungrouped=", ungrouped), func(t *testing.T) {
+			t.Parallel()
+			ds := daotest.SQLite(t)
+			fs := &failingStore{Store: ds}
+			b := setup(t, fs, executor.Config{Ungrouped: ungrouped})
+			b.store = ds
+			rcv := newReceiver(t, nil)
+			tm := b.createTimer(t, everySecond, dao.Callback{URL: rcv.URL})
+			occ := executor.Occurrence{TimerID: tm.ID, ScheduledMS: t0.Add(time.Second).UnixMilli()}
+			fs.loseClaimAnswer.Store(true)
+			if res := b.exec.Execute(ctx, occ); res.Outcome != executor.Unrecorded {
+				t.Fatalf("claim answer lost: %+v, want unrecorded", res)
+			}
+			fs.loseClaimAnswer.Store(false)
+			if res := b.exec.Execute(ctx, occ); res.Outcome != executor.Succeeded || rcv.calls.Load() != 1 {
+				t.Fatalf("second try: %+v after %d calls, want succeeded after 1 call", res, rcv.calls.Load())
+			}
+			// Another instance must not adopt it: that is the takeover's job, with heartbeats.
+			other := setup(t, ds, executor.Config{InstanceID: "test-2"})
+			occ2 := executor.Occurrence{TimerID: tm.ID, ScheduledMS: t0.Add(2 * time.Second).UnixMilli()}
+			fs.loseClaimAnswer.Store(true)
+			_ = b.exec.Execute(ctx, occ2)
+			fs.loseClaimAnswer.Store(false)
+			if res := other.exec.Execute(ctx, occ2); res.Outcome != executor.Skipped || rcv.calls.Load() != 1 {
+				t.Fatalf("other instance: %+v after %d calls, want skipped and no call", res, rcv.calls.Load())
+			}
+		})
+	}
 
 	t.Run("PanicInCallbackIsRecordedFailure", func(t *testing.T) {
 		t.Parallel()
@@ -546,6 +549,25 @@ func (f *failingStore) RecordAttempt(ctx context.Context, p dao.RecordAttemptPar
 		return errDown
 	}
 	return f.Store.RecordAttempt(ctx, p)
+}
+
+// The group writes fail alike, so both the grouped and the one-by-one paths are tested.
+func (f *failingStore) ClaimExecutions(ctx context.Context, ps []dao.ClaimParams) ([]dao.ClaimResult, error) {
+	if f.failClaim.Load() {
+		return nil, errDown
+	}
+	if f.loseClaimAnswer.Load() {
+		_, _ = f.Store.ClaimExecutions(ctx, ps)
+		return nil, errDown
+	}
+	return f.Store.ClaimExecutions(ctx, ps)
+}
+
+func (f *failingStore) RecordAttempts(ctx context.Context, ps []dao.RecordAttemptParams) ([]error, error) {
+	if f.failFinish.Load() {
+		return nil, errDown
+	}
+	return f.Store.RecordAttempts(ctx, ps)
 }
 
 type panicTransport struct{}

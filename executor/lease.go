@@ -132,6 +132,7 @@ func (e *Executor) RenewLeases(ctx context.Context, now time.Time) {
 		case err != nil:
 			if ctx.Err() == nil {
 				e.log.Warn("renew execution lease", "execution_id", l.id, "err", err)
+				e.m.storeError(componentExecutor, err)
 			}
 		case !held:
 			l.lost.Store(true)
@@ -207,6 +208,7 @@ func (e *Executor) record(ctx context.Context, l *lease, p dao.RecordAttemptPara
 		if time.Now().Add(wait).After(deadline) {
 			return err
 		}
+		e.m.storeError(componentExecutor, err)
 		e.log.Warn("record attempt; retrying", "execution_id", p.ID, "attempt", p.Attempt, "err", err, "retry_in", wait)
 		// A real timer: the store's outage happens in wall time.
 		t := time.NewTimer(wait)
@@ -229,6 +231,7 @@ func (e *Executor) handBack(ctx context.Context, occ Occurrence, id int64) Resul
 		return e.unrecorded(occ, "hand back at stop", err)
 	}
 	e.log.Info("execution handed back at stop", "execution_id", id, "key", occ.Key())
+	e.m.count(Retrying)
 	return Result{Occurrence: occ, Outcome: Retrying, Reason: "handed back at stop"}
 }
 

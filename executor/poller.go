@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tockd/tock/dao"
 )
@@ -36,6 +37,9 @@ type PollerConfig struct {
 	OnTakeover func()
 	Clock      clockwork.Clock
 	Logger     *slog.Logger
+	// Registerer takes the poller's metrics; give it the executor's registry. Default: a
+	// private registry.
+	Registerer prometheus.Registerer
 }
 
 // Poller is the per-instance loop of durable retries and takeover: each pass it resets the
@@ -49,6 +53,7 @@ type Poller struct {
 	exec  *Executor
 	clk   clockwork.Clock
 	log   *slog.Logger
+	m     *metrics
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -79,7 +84,11 @@ func NewPoller(cfg PollerConfig, store PollerStore, exec *Executor) (*Poller, er
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Poller{cfg: cfg, store: store, exec: exec, clk: cfg.Clock, log: cfg.Logger.With("component", "poller")}, nil
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Poller{cfg: cfg, store: store, exec: exec, clk: cfg.Clock, log: cfg.Logger.With("component", "poller"), m: m}, nil
 }
 
 // Start begins polling; it returns at once. It runs until Stop.
@@ -162,6 +171,8 @@ func (p *Poller) runOnce(ctx context.Context, now time.Time) (PassResult, error)
 			"last_renewed_ms", e.UpdatedMS)
 	}
 	res.TakenOver = len(reset)
+	p.m.takeovers.Add(float64(len(reset)))
+	p.m.storeError(componentPoller, err)
 	if len(reset) > 0 && p.cfg.OnTakeover != nil {
 		p.cfg.OnTakeover()
 	}
@@ -171,6 +182,7 @@ func (p *Poller) runOnce(ctx context.Context, now time.Time) (PassResult, error)
 	claimed, err := p.store.ClaimDueRetries(ctx, dao.ClaimRetriesParams{
 		Owner: p.cfg.InstanceID, NowMS: now.UnixMilli(), Limit: p.cfg.Batch,
 	})
+	p.m.storeError(componentPoller, err)
 	for i, e := range claimed {
 		serr := p.exec.SubmitClaimed(ctx, e, func(r Result) {
 			p.log.Debug("retry ran", "execution_id", e.ID, "attempt", e.Attempt, "outcome", r.Outcome, "reason", r.Reason)
@@ -191,6 +203,7 @@ func (p *Poller) handBack(es []dao.Execution) {
 	for _, e := range es {
 		if err := p.store.HandBackExecution(ctx, e.ID, p.cfg.InstanceID, p.clk.Now().UnixMilli()); err != nil && !errors.Is(err, dao.ErrNotFound) {
 			p.log.Warn("hand back a claimed execution", "execution_id", e.ID, "err", err)
+			p.m.storeError(componentPoller, err)
 		}
 	}
 }

@@ -1,17 +1,22 @@
 // Package migrator stamps timers' upcoming occurrences from the store (the source of truth)
 // into the Redis index, where triggers find them.
 //
-// Window. Time is cut into steps (Step, default 1 h) aligned to the Unix epoch. While the
+// Window. Time is cut into steps (Step, default 1 min) aligned to the Unix epoch. While the
 // clock is in the step starting at S, everything up to the horizon S + Step + Window
 // (default 2 h) is stamped. At start-up a pass stamps [current minute, horizon); at each step
-// boundary a pass stamps only the new part [S + Window, horizon), the rest being in Redis
-// already. One instance does each step's pass: it holds the step's lock in Redis while it
-// pages through the enabled timers (store.ListEnabledTimers) and sends ZADDs in pipelines
-// (index.Index.Add: idempotent, 1000 members a round trip, no all-or-nothing batch).
+// boundary a pass stamps only the part newly entering the window, [S + Window, horizon): one
+// minute of occurrences, so there is no hourly burst competing with firing. One instance does
+// each step's pass: it holds the step's lock in Redis while it pages through the enabled
+// timers (store.ListEnabledTimers) and sends ZADDs in pipelines (index.Index.Add: idempotent,
+// 1000 members a round trip, no all-or-nothing batch). Every pass reads the whole timer table
+// (by primary key, PageSize rows a query), so small steps cost one scan a minute.
 //
-// Marker. A finished pass sets the step's marker key, expiring at the horizon. Every
-// CheckEvery (10 s) the loop looks for the current step's marker; when it is missing (first
-// start, Redis emptied or restarted) it stamps again from the current minute. So an emptied
+// Marker. A finished pass sets the step's marker key to the horizon it vouches for (unix ms),
+// expiring at that horizon. Every CheckEvery (10 s) the loop looks for the current step's
+// marker; when it is missing, the pass reads the markers still alive (one MGET) and stamps
+// from the furthest horizon they vouch for: one step at a boundary, the gap after skipped
+// steps or a pass slower than a step, never the whole window again. When no marker is left
+// (first start, Redis emptied or restarted) it stamps from the current minute, so an emptied
 // Redis is rebuilt within seconds. Occurrences of the current minute that already fired are
 // stamped again too: the executor's claim skips them.
 //
@@ -26,6 +31,6 @@
 // both definitions stay). Removal is best effort: the executor re-checks every occurrence
 // against the stored timer, which is what guarantees that an old definition never fires.
 //
-// Memory: a timer firing every second has Step + Window worth of members in Redis (10,800
+// Memory: a timer firing every second has Step + Window worth of members in Redis (7,260
 // with the defaults).
 package migrator

@@ -1,15 +1,19 @@
 package migrator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tockd/tock/dao"
@@ -19,7 +23,7 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultStep       = time.Hour
+	DefaultStep       = time.Minute
 	DefaultWindow     = 2 * time.Hour
 	DefaultCheckEvery = 10 * time.Second
 	DefaultPageSize   = 500
@@ -30,8 +34,11 @@ const (
 const lockTTL = 2 * time.Minute
 
 // flushAt is how many entries are buffered before they are sent (in pipelines of
-// index.BatchSize), so memory stays bounded however many timers there are.
-const flushAt = 8 * index.BatchSize
+// index.BatchSize), so memory stays bounded however many timers there are (about 3 MB).
+// Large enough that, sorted by slice, a pipeline touches few slices: a full pass spreads
+// its entries over Window/SliceLen x buckets slices, and each slice a pipeline touches costs
+// four commands (ZADD, PEXPIRE, INCR and PEXPIRE of the change counter).
+const flushAt = 64 * index.BatchSize
 
 // Store is what the migrator needs from dao.Store.
 type Store interface {
@@ -40,8 +47,9 @@ type Store interface {
 
 // Config configures a Migrator. Zero fields take the defaults.
 type Config struct {
-	// Step is how often a new window is stamped, aligned to the clock (multiples of Step
-	// since the Unix epoch). Default 1h.
+	// Step is how often the window moves, aligned to the clock (multiples of Step since the
+	// Unix epoch); each step stamps only the Step of time newly entering the window. Default
+	// 1m: small passes, no hourly burst competing with firing.
 	Step time.Duration
 	// Window is how far past the next step boundary occurrences are stamped; at least Step.
 	// Default 2h.
@@ -53,6 +61,10 @@ type Config struct {
 	PageSize int
 	Clock    clockwork.Clock
 	Logger   *slog.Logger
+
+	// Registerer takes the migrator's metrics (the app's /metrics registry). Default: a
+	// private registry.
+	Registerer prometheus.Registerer
 }
 
 // Migrator stamps upcoming occurrences from the store into the index.
@@ -64,6 +76,7 @@ type Migrator struct {
 	keys  index.Keys
 	clk   clockwork.Clock
 	log   *slog.Logger
+	met   *metrics
 
 	// failed counts TimerChanged calls that could not write to Redis; repaired is the count
 	// a later full pass has covered. While failed > repaired the next pass re-stamps the
@@ -100,7 +113,12 @@ func New(cfg Config, store Store, idx *index.Index) (*Migrator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	met, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	return &Migrator{
+		met:   met,
 		cfg:   cfg,
 		store: store,
 		idx:   idx,
@@ -180,10 +198,11 @@ func (m *Migrator) Horizon(now time.Time) time.Time {
 }
 
 // RunOnce stamps the current step's window unless its marker says it is done. The step's
-// lock lets one instance do it. When the previous step's marker exists, Redis holds
-// everything up to this step's start plus the window, and only the new part is stamped;
-// otherwise (first start, Redis emptied or restarted) it stamps from the current minute.
-// After a failed TimerChanged it stamps from the current minute whatever the marker says.
+// lock lets one instance do it. Markers of earlier steps (and of this one, when another
+// instance has just finished it) tell how far the window is stamped already, so only the
+// new part is stamped: one Step at each boundary, or the gap after skipped steps. When no
+// marker is left (first start, Redis emptied or restarted) it stamps from the current
+// minute, as it does after a failed TimerChanged whatever the markers say.
 func (m *Migrator) RunOnce(ctx context.Context, now time.Time) error {
 	step := m.stepStart(now)
 	marker := m.keys.MigrateMarker(step)
@@ -207,28 +226,72 @@ func (m *Migrator) RunOnce(ctx context.Context, now time.Time) error {
 	}()
 
 	from, to := index.SliceStart(now), m.Horizon(now)
-	prev, err := m.rdb.Exists(ctx, m.keys.MigrateMarker(step.Add(-m.cfg.Step))).Result()
-	if err != nil {
-		return fmt.Errorf("migrator: check previous window marker: %w", err)
-	}
-	rebuild := prev == 0 || dirty
-	if !rebuild {
-		if covered := step.Add(m.cfg.Window); covered.After(from) {
-			from = covered
-		}
-	}
-	timers, stamped, err := m.stampAll(ctx, from, to, now, lock)
+	covered, err := m.covered(ctx, step)
 	if err != nil {
 		return err
 	}
-	// The marker lives as long as what it vouches for.
-	if err := m.rdb.Set(ctx, marker, now.UnixMilli(), to.Sub(now)).Err(); err != nil {
+	rebuild := covered.IsZero() || dirty
+	horizon := to
+	if !rebuild {
+		from = maxTime(from, covered)
+		horizon = maxTime(to, covered) // a marker set under a longer window vouches for more
+	}
+	timers, stamped := 0, 0
+	if from.Before(to) {
+		if timers, stamped, err = m.stampAll(ctx, from, to, now, lock); err != nil {
+			return err
+		}
+	}
+	// The marker holds the horizon it vouches for (unix ms) and lives as long as that.
+	if err := m.rdb.Set(ctx, marker, horizon.UnixMilli(), horizon.Sub(now)).Err(); err != nil {
 		return fmt.Errorf("migrator: set window marker: %w", err)
 	}
 	// Failures after the pass began may have been missed by it: only those before count.
 	m.repaired.Store(failed)
-	m.log.Info("stamped window", "from", from, "to", to, "rebuild", rebuild, "timers", timers, "occurrences", stamped)
+	lvl := slog.LevelDebug // a minute's routine pass
+	if rebuild {
+		lvl = slog.LevelInfo
+	}
+	m.log.Log(ctx, lvl, "stamped window", "from", from, "to", to, "rebuild", rebuild, "timers", timers, "occurrences", stamped)
 	return nil
+}
+
+// covered is the horizon up to which the window is stamped according to the markers still
+// in Redis (those of step and of the steps before it), zero when there is none. A marker
+// lives until its horizon, at most Step + Window after its step, so older steps need no look.
+// Markers written before they held their horizon hold the time they were set: read as a
+// horizon, that only makes this pass stamp more.
+func (m *Migrator) covered(ctx context.Context, step time.Time) (time.Time, error) {
+	n := int((m.cfg.Step+m.cfg.Window+m.cfg.Step-1)/m.cfg.Step) + 1
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = m.keys.MigrateMarker(step.Add(-time.Duration(i) * m.cfg.Step))
+	}
+	// One slot ({migrate} hash tag): a single MGET, on a Cluster too.
+	vals, err := m.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("migrator: read window markers: %w", err)
+	}
+	var best time.Time
+	for _, v := range vals {
+		s, ok := v.(string)
+		if !ok {
+			continue // missing
+		}
+		ms, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || ms <= 0 {
+			continue
+		}
+		best = maxTime(best, time.UnixMilli(ms).UTC())
+	}
+	return best, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // stampAll pages through the enabled timers and stamps their occurrences in [from, to).
@@ -238,10 +301,17 @@ func (m *Migrator) stampAll(ctx context.Context, from, to, now time.Time, lock *
 		if len(buf) == 0 {
 			return nil
 		}
+		slices.SortFunc(buf, func(a, b index.Entry) int {
+			if c := a.Slice.Start.Compare(b.Slice.Start); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Slice.Bucket, b.Slice.Bucket)
+		})
 		if err := m.idx.Add(ctx, buf, now); err != nil {
 			return err
 		}
 		stamped += len(buf)
+		m.met.stamp(sourceWindow, len(buf))
 		buf = buf[:0]
 		return nil
 	}
@@ -249,6 +319,7 @@ func (m *Migrator) stampAll(ctx context.Context, from, to, now time.Time, lock *
 	for {
 		page, err := m.store.ListEnabledTimers(ctx, after, m.cfg.PageSize)
 		if err != nil {
+			m.met.storeError(err)
 			return timers, stamped, fmt.Errorf("migrator: list enabled timers after %d: %w", after, err)
 		}
 		for _, t := range page {
@@ -348,5 +419,6 @@ func (m *Migrator) TimerChanged(ctx context.Context, before *dao.Timer, after da
 		m.failed.Add(1)
 		return fmt.Errorf("migrator: timer %d changed (the next pass re-stamps the window): %w", after.ID, err)
 	}
+	m.met.stamp(sourceChange, len(add))
 	return nil
 }

@@ -31,13 +31,22 @@ type testBundle struct {
 	seq   int
 }
 
+// setup runs the migrator with hour steps, which the tests below were written for; the
+// default minute steps have tests of their own (minutes_test.go).
 func setup(t *testing.T, start time.Time, pageSize int) *testBundle {
+	t.Helper()
+	return setupCfg(t, start, migrator.Config{Step: time.Hour, PageSize: pageSize})
+}
+
+// setupCfg is setup with cfg (its Clock and Logger are set here).
+func setupCfg(t *testing.T, start time.Time, cfg migrator.Config) *testBundle {
 	t.Helper()
 	clk := clockwork.NewFakeClockAt(start)
 	r := indextest.Miniredis(t, clk)
 	b := &testBundle{clk: clk, redis: r, store: daotest.SQLite(t), idx: index.New(r.Client, index.NewKeys(r.Prefix, 4))}
+	cfg.Clock, cfg.Logger = clk, slog.New(slog.DiscardHandler)
 	var err error
-	b.mig, err = migrator.New(migrator.Config{PageSize: pageSize, Clock: clk, Logger: slog.New(slog.DiscardHandler)}, b.store, b.idx)
+	b.mig, err = migrator.New(cfg, b.store, b.idx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tockd/tock/index"
@@ -54,6 +55,9 @@ type Config struct {
 	// recorded); the compensator records the slice in slice_done so it is never scanned.
 	// ctx is bounded; it must not block for long.
 	OnSliceDone func(ctx context.Context, sl index.Slice)
+	// Registerer takes the scheduler's and its triggers' metrics (the app's /metrics
+	// registry). Default: a private registry.
+	Registerer prometheus.Registerer
 }
 
 // Scheduler takes the slices of the current and previous minute each second and runs a
@@ -66,6 +70,7 @@ type Scheduler struct {
 	exec trigger.Submitter
 	clk  clockwork.Clock
 	log  *slog.Logger
+	m    *metrics
 
 	mu      sync.Mutex
 	running map[string]bool // lock keys of slices this process is working
@@ -96,7 +101,7 @@ func New(cfg Config, idx *index.Index, exec trigger.Submitter) (*Scheduler, erro
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Scheduler{
+	s := &Scheduler{
 		cfg:     cfg,
 		idx:     idx,
 		rdb:     idx.Client(),
@@ -105,7 +110,12 @@ func New(cfg Config, idx *index.Index, exec trigger.Submitter) (*Scheduler, erro
 		clk:     cfg.Clock,
 		log:     cfg.Logger.With("component", "scheduler"),
 		running: map[string]bool{},
-	}, nil
+	}
+	var err error
+	if s.m, err = newMetrics(cfg.Registerer, s.Running); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Start begins taking slices every second, aligned to the clock's whole seconds. It returns
@@ -250,6 +260,7 @@ func (s *Scheduler) take(ctx context.Context, sl index.Slice, ttl time.Duration,
 		return false, nil
 	}
 	s.running[key] = true
+	s.m.taken.Inc()
 	s.wg.Add(1)
 	s.mu.Unlock()
 	go s.work(ctx, sl, lock, hard)
@@ -275,6 +286,7 @@ func (s *Scheduler) work(ctx context.Context, sl index.Slice, lock *index.Lock, 
 		Poll:       s.cfg.Poll,
 		Clock:      s.clk,
 		Logger:     s.cfg.Logger,
+		Metrics:    s.m.triggers,
 	}, s.idx, s.exec).Run(ctx)
 
 	if sum.Complete {
@@ -284,9 +296,12 @@ func (s *Scheduler) work(ctx context.Context, sl index.Slice, lock *index.Lock, 
 		switch {
 		case err != nil:
 			s.log.Warn("extend completed slice lock; the slice may run again", "slice", sl.String(), "err", err)
+			s.m.lockError(opExtend)
 		case !ok:
 			s.log.Warn("completed slice lock was lost; the slice may run again", "slice", sl.String())
+			s.m.lost.Inc()
 		default:
+			s.m.extend(extendComplete)
 			s.log.Debug("slice done", "slice", sl.String(), "succeeded", sum.Succeeded, "failed", sum.Failed, "skipped", sum.Skipped)
 		}
 		if s.cfg.OnSliceDone != nil {
@@ -304,6 +319,7 @@ func (s *Scheduler) release(lock *index.Lock, sl index.Slice) {
 	defer cancel()
 	if _, err := lock.Release(ctx); err != nil {
 		s.log.Warn("release slice lock at stop", "slice", sl.String(), "err", err)
+		s.m.lockError(opRelease)
 	}
 }
 
@@ -326,13 +342,18 @@ func (s *Scheduler) renewer(sl index.Slice, lock *index.Lock, hard time.Time) fu
 				s.log.Warn("renew slice lease; retrying", "slice", sl.String(), "err", err)
 			}
 			failing = true
+			if ctx.Err() == nil {
+				s.m.lockError(opRenew)
+			}
 		case !ok:
 			// Expired (or Redis lost it) and maybe taken by another instance: stop working
 			// the slice now; whoever holds it, or the next poll, runs it.
 			s.log.Warn("slice lease lost", "slice", sl.String())
+			s.m.lost.Inc()
 			return now
 		default:
 			failing = false
+			s.m.extend(extendRenew)
 		}
 		return lock.Expiry().Add(-s.leaseMargin())
 	}

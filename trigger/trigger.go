@@ -55,6 +55,8 @@ type Config struct {
 	RenewEvery time.Duration
 	Clock      clockwork.Clock
 	Logger     *slog.Logger
+	// Metrics counts the run (NewMetrics, shared by every trigger); nil counts nothing.
+	Metrics *Metrics
 }
 
 // Summary is what a run did.
@@ -252,11 +254,13 @@ func (t *Trigger) fireDue(ctx context.Context, now time.Time) (blocked bool, err
 				return false, err
 			}
 			t.log.Warn("submit occurrence", "key", occ.Key(), "err", err)
+			t.cfg.Metrics.refused()
 			return true, nil
 		}
 		t.queue = t.queue[1:]
 		t.fired[o.Key()] = pending
 		t.sum.Pending++
+		t.cfg.Metrics.submitted()
 	}
 	return false, nil
 }
@@ -305,6 +309,7 @@ func (t *Trigger) collect() (unrecorded int) {
 func (t *Trigger) end(complete bool, why string) Summary {
 	t.collect()
 	t.sum.Complete = complete
+	t.cfg.Metrics.ran(complete, why)
 	if complete {
 		t.log.Debug("slice complete", "succeeded", t.sum.Succeeded, "failed", t.sum.Failed, "skipped", t.sum.Skipped)
 	} else if why != "stopped" {

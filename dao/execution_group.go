@@ -1,0 +1,320 @@
+package dao
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// Group writes: the executor coalesces the claims, results and one-shot completions of
+// occurrences firing at once into one statement each (executor/group.go), so the store
+// sees a few statements per group instead of several per occurrence. Each method keeps the
+// per-row semantics of its single-row twin.
+
+// MaxGroup bounds the rows of one group statement (placeholders stay far below the MySQL
+// and SQLite limits).
+const MaxGroup = 200
+
+// ClaimResult is one claim of a group: like ClaimExecution's results.
+type ClaimResult struct {
+	Existing Execution
+	Claimed  bool
+}
+
+// ClaimExecutions claims a group of occurrences as ClaimExecution does each, in one INSERT
+// ... SELECT joined with the requested (timer, version) pairs and one read back. All must
+// share Owner and NowMS. A row counts as claimed by this call when it is running, attempt 1,
+// owned by Owner and created at NowMS (the executor runs one claim per occurrence at a
+// time, so no earlier claim of the same occurrence by this owner has that same instant
+// and is still running).
+func (s *Store) ClaimExecutions(ctx context.Context, ps []ClaimParams) ([]ClaimResult, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	if len(ps) > MaxGroup {
+		return nil, fmt.Errorf("dao: claim group of %d (max %d)", len(ps), MaxGroup)
+	}
+	owner, now := truncate(ps[0].Owner, MaxOwnerLen), ps[0].NowMS
+	var sel strings.Builder
+	args := make([]any, 0, 3*len(ps)+8)
+	ids := make([]int64, 0, len(ps))
+	minMS, maxMS := ps[0].ScheduledMS, ps[0].ScheduledMS
+	for i, p := range ps {
+		if truncate(p.Owner, MaxOwnerLen) != owner || p.NowMS != now {
+			return nil, errors.New("dao: claim group: every claim must share owner and now")
+		}
+		if i > 0 {
+			sel.WriteString(" UNION ALL ")
+		}
+		sel.WriteString("SELECT ? AS tid, ? AS sms, ? AS ver")
+		args = append(args, p.TimerID, p.ScheduledMS, p.TimerVersion)
+		ids = append(ids, p.TimerID)
+		minMS, maxMS = min(minMS, p.ScheduledMS), max(maxMS, p.ScheduledMS)
+	}
+	q := `INSERT INTO timer_task (timer_id, scheduled_ms, status, attempt, owner, timer_version,
+		started_ms, finished_ms, duration_ms, http_status, error, response, created_ms, updated_ms)
+	SELECT t.id, v.sms, ?, 1, ?, t.version, ?, 0, 0, 0, '', '', ?, ?
+	FROM timer t JOIN (` + sel.String() + `) v ON t.id = v.tid AND t.version = v.ver
+	WHERE t.status = ?` + s.ignoreDuplicateClause("timer_task", "timer_id, scheduled_ms")
+	all := append([]any{ExecRunning, owner, now, now, now}, args...)
+	all = append(all, StatusEnabled)
+	var err error
+	for attempt := 1; ; attempt++ {
+		_, err = s.db.ExecContext(ctx, q, all...)
+		if err == nil || !isRetryable(err) || attempt == claimAttempts || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dao: claim group of %d: %w", len(ps), err)
+	}
+	rq, rargs, err := sqlx.In("SELECT "+execCols+` FROM timer_task WHERE timer_id IN (?)
+	AND scheduled_ms >= ? AND scheduled_ms <= ?`, ids, minMS, maxMS)
+	if err != nil {
+		return nil, fmt.Errorf("dao: claim group: read back: %w", err)
+	}
+	var rows []Execution
+	if err := s.db.SelectContext(ctx, &rows, rq, rargs...); err != nil {
+		return nil, fmt.Errorf("dao: claim group of %d: read back: %w", len(ps), err)
+	}
+	byKey := make(map[[2]int64]Execution, len(rows))
+	for _, e := range rows {
+		byKey[[2]int64{e.TimerID, e.ScheduledMS}] = e
+	}
+	out := make([]ClaimResult, len(ps))
+	for i, p := range ps {
+		e, ok := byKey[[2]int64{p.TimerID, p.ScheduledMS}]
+		if !ok {
+			continue // the timer is not enabled at that version
+		}
+		out[i] = ClaimResult{Existing: e, Claimed: e.Status == ExecRunning && e.Attempt == 1 && e.Owner == owner &&
+			e.CreatedMS == now && e.TimerVersion == p.TimerVersion}
+	}
+	return out, nil
+}
+
+// RecordAttempts records a group of attempts as RecordAttempt does each, in one
+// transaction: it finds the executions still running at the given attempt under their
+// owner, updates them in one statement and inserts their attempt rows in another. The
+// result has one error per attempt: nil, ErrNotFound (lost to another instance) or a
+// validation error; the second result is a store failure that wrote nothing.
+func (s *Store) RecordAttempts(ctx context.Context, ps []RecordAttemptParams) ([]error, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	if len(ps) > MaxGroup {
+		return nil, fmt.Errorf("dao: record group of %d (max %d)", len(ps), MaxGroup)
+	}
+	errs := make([]error, len(ps))
+	valid := make([]int, 0, len(ps))
+	ids := make([]int64, 0, len(ps))
+	seen := make(map[int64]bool, len(ps))
+	for i, p := range ps {
+		switch {
+		case p.Status != ExecSucceeded && p.Status != ExecFailed && p.Status != ExecPending:
+			errs[i] = fmt.Errorf("dao: record attempt of execution %d: bad status %q", p.ID, p.Status)
+		case p.Status == ExecPending && p.NextRetryMS <= 0:
+			errs[i] = fmt.Errorf("dao: record attempt of execution %d: pending without next_retry_ms", p.ID)
+		case seen[p.ID]:
+			errs[i] = fmt.Errorf("dao: record attempt of execution %d: twice in one group", p.ID)
+		default:
+			seen[p.ID] = true
+			valid = append(valid, i)
+			ids = append(ids, p.ID)
+		}
+	}
+	if len(valid) == 0 {
+		return errs, nil
+	}
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		q, args, err := sqlx.In("SELECT id, attempt, owner FROM timer_task WHERE id IN (?) AND status = ?"+s.forUpdate(), ids, ExecRunning)
+		if err != nil {
+			return err
+		}
+		var live []struct {
+			ID      int64  `db:"id"`
+			Attempt int    `db:"attempt"`
+			Owner   string `db:"owner"`
+		}
+		if err := tx.SelectContext(ctx, &live, q, args...); err != nil {
+			return fmt.Errorf("find running: %w", err)
+		}
+		type key struct {
+			id      int64
+			attempt int
+			owner   string
+		}
+		running := make(map[key]bool, len(live))
+		for _, l := range live {
+			running[key{l.ID, l.Attempt, l.Owner}] = true
+		}
+		var held, gone []int
+		for _, i := range valid {
+			p := ps[i]
+			if running[key{p.ID, p.Attempt, truncate(p.Owner, MaxOwnerLen)}] {
+				held = append(held, i)
+			} else {
+				gone = append(gone, i)
+			}
+		}
+		if err := s.updateAttempts(ctx, tx, ps, held); err != nil {
+			return err
+		}
+		if err := s.insertAttempts(ctx, tx, ps, held); err != nil {
+			return err
+		}
+		return s.sortGone(ctx, tx, ps, gone, errs)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dao: record group of %d: %w", len(ps), err)
+	}
+	return errs, nil
+}
+
+// updateAttempts sets the new state of the held executions in one UPDATE: each column is a
+// CASE over the ids.
+func (s *Store) updateAttempts(ctx context.Context, tx *sqlx.Tx, ps []RecordAttemptParams, held []int) error {
+	if len(held) == 0 {
+		return nil
+	}
+	cols := []string{"status", "owner", "next_retry_ms", "http_status", "error", "response", "duration_ms", "finished_ms", "updated_ms"}
+	vals := make([][]any, len(cols))
+	for _, i := range held {
+		p := ps[i]
+		owner, finished, next := truncate(p.Owner, MaxOwnerLen), p.NowMS, int64(0)
+		if p.Status == ExecPending {
+			// A pending execution keeps no owner: the retry poller of any instance claims it.
+			owner, finished, next = "", 0, p.NextRetryMS
+		}
+		row := []any{p.Status, owner, next, p.HTTPStatus, truncate(p.Error, MaxErrorLen), truncate(p.Response, MaxResponseLen),
+			p.DurationMS, finished, p.NowMS}
+		for c := range cols {
+			vals[c] = append(vals[c], p.ID, row[c])
+		}
+	}
+	var b strings.Builder
+	b.WriteString("UPDATE timer_task SET ")
+	args := make([]any, 0, 2*len(cols)*len(held)+len(held)+1)
+	for c, col := range cols {
+		if c > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(col + " = CASE id")
+		for range held {
+			b.WriteString(" WHEN ? THEN ?")
+		}
+		b.WriteString(" END")
+		args = append(args, vals[c]...)
+	}
+	b.WriteString(" WHERE status = ? AND id IN (?" + strings.Repeat(", ?", len(held)-1) + ")")
+	args = append(args, ExecRunning)
+	for _, i := range held {
+		args = append(args, ps[i].ID)
+	}
+	if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+		return fmt.Errorf("update executions: %w", err)
+	}
+	return nil
+}
+
+// insertAttempts writes the attempt rows of the held executions in one INSERT.
+func (s *Store) insertAttempts(ctx context.Context, tx *sqlx.Tx, ps []RecordAttemptParams, held []int) error {
+	if len(held) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 8*len(held))
+	for _, i := range held {
+		p := ps[i]
+		args = append(args, p.ID, p.Attempt, truncate(p.Owner, MaxOwnerLen), p.StartedMS, p.NowMS, p.DurationMS, p.HTTPStatus,
+			truncate(p.Error, MaxErrorLen))
+	}
+	q := `INSERT INTO timer_task_attempt (task_id, attempt, owner, started_ms, finished_ms, duration_ms, http_status, error)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?)` + strings.Repeat(", (?, ?, ?, ?, ?, ?, ?, ?)", len(held)-1) +
+		s.ignoreDuplicateClause("timer_task_attempt", "task_id, attempt")
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return fmt.Errorf("insert attempts: %w", err)
+	}
+	return nil
+}
+
+// sortGone tells, for each attempt whose execution is no longer running under its owner,
+// whether that owner recorded it already (a retried write whose answer was lost: success)
+// or lost it (ErrNotFound).
+func (s *Store) sortGone(ctx context.Context, tx *sqlx.Tx, ps []RecordAttemptParams, gone []int, errs []error) error {
+	if len(gone) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(gone))
+	for j, i := range gone {
+		ids[j] = ps[i].ID
+	}
+	q, args, err := sqlx.In("SELECT task_id, attempt, owner FROM timer_task_attempt WHERE task_id IN (?)", ids)
+	if err != nil {
+		return err
+	}
+	var rows []struct {
+		TaskID  int64  `db:"task_id"`
+		Attempt int    `db:"attempt"`
+		Owner   string `db:"owner"`
+	}
+	if err := tx.SelectContext(ctx, &rows, q, args...); err != nil {
+		return fmt.Errorf("find recorded attempts: %w", err)
+	}
+	type key struct {
+		id      int64
+		attempt int
+		owner   string
+	}
+	recorded := make(map[key]bool, len(rows))
+	for _, r := range rows {
+		recorded[key{r.TaskID, r.Attempt, r.Owner}] = true
+	}
+	for _, i := range gone {
+		p := ps[i]
+		if !recorded[key{p.ID, p.Attempt, truncate(p.Owner, MaxOwnerLen)}] {
+			errs[i] = ErrNotFound
+		}
+	}
+	return nil
+}
+
+// forUpdate locks the rows a transaction reads until it ends. SQLite needs nothing: its
+// transactions take the write lock at BEGIN (_txlock=immediate).
+func (s *Store) forUpdate() string {
+	if s.dialect == DialectMySQL {
+		return " FOR UPDATE"
+	}
+	return ""
+}
+
+// OneShot names a one-shot timer at the version whose occurrence ended.
+type OneShot struct {
+	ID, Version int64
+}
+
+// CompleteOneShots completes a group of one-shot timers in one UPDATE, each only if still
+// enabled at its version. Unlike CompleteOneShot it does not re-read the schedule: the
+// caller vouches that each timer is a one-shot at that version (the executor parsed it).
+func (s *Store) CompleteOneShots(ctx context.Context, ts []OneShot, nowMS int64) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	args := make([]any, 0, 2*len(ts)+3)
+	args = append(args, StatusCompleted, nowMS, StatusEnabled)
+	for i, t := range ts {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString("(id = ? AND version = ?)")
+		args = append(args, t.ID, t.Version)
+	}
+	if _, err := s.db.ExecContext(ctx, `UPDATE timer SET status = ?, version = version + 1, updated_ms = ?
+	WHERE status = ? AND (`+b.String()+`)`, args...); err != nil {
+		return fmt.Errorf("dao: complete %d one-shots: %w", len(ts), err)
+	}
+	return nil
+}
