@@ -111,6 +111,7 @@ func newEngine(cfg conf.Config, store engineStore, rdb redis.UniversalClient, cl
 		StopTimeout:          cfg.HTTP.ShutdownTimeout.D(),
 		HeartbeatInterval:    cfg.Engine.HeartbeatInterval.D(),
 		ResultWriteTimeout:   cfg.Engine.ResultWriteTimeout.D(),
+		ClaimAhead:           cfg.Engine.ClaimAhead.D(),
 		Clock:                clk,
 		Logger:               log,
 		Registerer:           o.metrics,
@@ -139,7 +140,7 @@ func newEngine(cfg conf.Config, store engineStore, rdb redis.UniversalClient, cl
 		return nil, fmt.Errorf("app: engine: %w", err)
 	}
 	e.sched, err = scheduler.New(scheduler.Config{Buckets: cfg.Engine.Buckets, Clock: clk, Logger: log,
-		LeaseTTL: cfg.Engine.SliceLeaseTTL.D(), LeaseRenew: cfg.Engine.SliceLeaseRenew.D(),
+		LeaseTTL: cfg.Engine.SliceLeaseTTL.D(), LeaseRenew: cfg.Engine.SliceLeaseRenew.D(), Lead: cfg.Engine.ClaimAhead.D(),
 		OnSliceDone: e.comp.RecordSliceDone, Registerer: o.metrics}, e.idx, e.exec)
 	if err != nil {
 		e.exec.Stop()

@@ -109,6 +109,10 @@ type Engine struct {
 	// ResultWriteTimeout bounds how long a callback's result is retried against a failing
 	// MySQL before the occurrence is left to be run again. Default: 30s.
 	ResultWriteTimeout Duration `yaml:"result_write_timeout"`
+	// ClaimAhead hands each occurrence to the executor this long before its time: it is
+	// claimed in the store at once and called at its millisecond, so the store's latency
+	// does not make callbacks late. 0 claims at the due time.
+	ClaimAhead Duration `yaml:"claim_ahead"`
 }
 
 // Batch configures batch operations: a bounded queue feeding a fixed worker pool.
@@ -173,7 +177,7 @@ func Default() Config {
 		Redis:      Redis{KeyPrefix: "tock:"},
 		Engine: Engine{
 			Buckets:              8,
-			PoolSize:             256,
+			PoolSize:             1024,
 			MigrateStep:          Duration(time.Minute),
 			MigrateWindow:        Duration(2 * time.Hour),
 			ResponseExcerptBytes: 1024,
@@ -183,6 +187,7 @@ func Default() Config {
 			SliceLeaseTTL:        Duration(5 * time.Second),
 			SliceLeaseRenew:      Duration(time.Second),
 			ResultWriteTimeout:   Duration(30 * time.Second),
+			ClaimAhead:           Duration(100 * time.Millisecond),
 		},
 		Log:   Log{Level: "info", Format: "text"},
 		Batch: Batch{QueueSize: 1000, Workers: 32, ScanInterval: Duration(20 * time.Second), MaxRetries: 2, MaxTargets: 100000},
@@ -282,6 +287,9 @@ func (c Config) Validate() error {
 	}
 	if c.Engine.SliceLeaseRenew.D() < 10*time.Millisecond || c.Engine.SliceLeaseRenew >= c.Engine.SliceLeaseTTL/2 {
 		return bad("engine.slice_lease_renew", "must be at least 10ms and under half of engine.slice_lease_ttl")
+	}
+	if c.Engine.ClaimAhead.D() < 0 || c.Engine.ClaimAhead.D() > 2*time.Second {
+		return bad("engine.claim_ahead", "must be between 0s and 2s")
 	}
 	if c.Engine.ResultWriteTimeout.D() < time.Second {
 		return bad("engine.result_write_timeout", "must be at least 1s")

@@ -39,12 +39,8 @@ type ClaimParams struct {
 // One statement both checks the timer and inserts, so a timer updated or deleted in between
 // cannot be claimed at its old version, and of concurrent claimers exactly one inserts.
 func (s *Store) ClaimExecution(ctx context.Context, p ClaimParams) (existing Execution, claimed bool, err error) {
-	q := `INSERT INTO timer_task (timer_id, scheduled_ms, status, attempt, owner, timer_version,
-		started_ms, finished_ms, duration_ms, http_status, error, response, created_ms, updated_ms)
-	SELECT id, ?, ?, 1, ?, version, ?, 0, 0, 0, '', '', ?, ?
-	FROM timer WHERE id = ? AND status = ? AND version = ?` + s.ignoreDuplicateClause("timer_task", "timer_id, scheduled_ms")
-	args := []any{p.ScheduledMS, ExecRunning, truncate(p.Owner, MaxOwnerLen), p.NowMS, p.NowMS, p.NowMS,
-		p.TimerID, StatusEnabled, p.TimerVersion}
+	q := claimQuery + s.ignoreDuplicateClause("timer_task", "timer_id, scheduled_ms")
+	args := claimArgs(p)
 
 	var res sql.Result
 	for attempt := 1; ; attempt++ {
@@ -106,6 +102,24 @@ func (s *Store) CreateManualExecution(ctx context.Context, p ManualParams) (exis
 		return Execution{}, false, fmt.Errorf("dao: create manual execution %s: read back: %w", key, err)
 	}
 	return e, n == 1, nil
+}
+
+// claimQuery inserts one occurrence's execution if its timer is enabled at the version
+// (claimArgs); the caller appends ignoreDuplicateClause.
+const claimQuery = `INSERT INTO timer_task (timer_id, scheduled_ms, status, attempt, owner, timer_version,
+		started_ms, finished_ms, duration_ms, http_status, error, response, created_ms, updated_ms)
+	SELECT id, ?, ?, 1, ?, version, ?, 0, 0, 0, '', '', ?, ?
+	FROM timer WHERE id = ? AND status = ? AND version = ?`
+
+func claimArgs(p ClaimParams) []any {
+	return []any{p.ScheduledMS, ExecRunning, truncate(p.Owner, MaxOwnerLen), claimStartedMS(p), p.NowMS, p.NowMS,
+		p.TimerID, StatusEnabled, p.TimerVersion}
+}
+
+// claimStartedMS is the started_ms of a claimed execution: an occurrence claimed ahead of its
+// time (executor.Config.ClaimAhead) starts at its time, never before.
+func claimStartedMS(p ClaimParams) int64 {
+	return max(p.NowMS, p.ScheduledMS)
 }
 
 func (s *Store) executionByOccurrence(ctx context.Context, timerID, scheduledMS int64) (Execution, error) {

@@ -2,6 +2,7 @@ package dao
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -38,28 +39,33 @@ func (s *Store) ClaimExecutions(ctx context.Context, ps []ClaimParams) ([]ClaimR
 		return nil, fmt.Errorf("dao: claim group of %d (max %d)", len(ps), MaxGroup)
 	}
 	owner, now := truncate(ps[0].Owner, MaxOwnerLen), ps[0].NowMS
-	var sel strings.Builder
-	args := make([]any, 0, 3*len(ps)+8)
-	ids := make([]int64, 0, len(ps))
-	minMS, maxMS := ps[0].ScheduledMS, ps[0].ScheduledMS
-	for i, p := range ps {
+	for _, p := range ps {
 		if truncate(p.Owner, MaxOwnerLen) != owner || p.NowMS != now {
 			return nil, errors.New("dao: claim group: every claim must share owner and now")
 		}
+	}
+	if s.dialect != DialectMySQL {
+		return s.claimEach(ctx, ps)
+	}
+	var sel strings.Builder
+	args := make([]any, 0, 4*len(ps)+8)
+	ids := make([]int64, 0, len(ps))
+	minMS, maxMS := ps[0].ScheduledMS, ps[0].ScheduledMS
+	for i, p := range ps {
 		if i > 0 {
 			sel.WriteString(" UNION ALL ")
 		}
-		sel.WriteString("SELECT ? AS tid, ? AS sms, ? AS ver")
-		args = append(args, p.TimerID, p.ScheduledMS, p.TimerVersion)
+		sel.WriteString("SELECT ? AS tid, ? AS sms, ? AS ver, ? AS st")
+		args = append(args, p.TimerID, p.ScheduledMS, p.TimerVersion, claimStartedMS(p))
 		ids = append(ids, p.TimerID)
 		minMS, maxMS = min(minMS, p.ScheduledMS), max(maxMS, p.ScheduledMS)
 	}
 	q := `INSERT INTO timer_task (timer_id, scheduled_ms, status, attempt, owner, timer_version,
 		started_ms, finished_ms, duration_ms, http_status, error, response, created_ms, updated_ms)
-	SELECT t.id, v.sms, ?, 1, ?, t.version, ?, 0, 0, 0, '', '', ?, ?
+	SELECT t.id, v.sms, ?, 1, ?, t.version, v.st, 0, 0, 0, '', '', ?, ?
 	FROM timer t JOIN (` + sel.String() + `) v ON t.id = v.tid AND t.version = v.ver
 	WHERE t.status = ?` + s.ignoreDuplicateClause("timer_task", "timer_id, scheduled_ms")
-	all := append([]any{ExecRunning, owner, now, now, now}, args...)
+	all := append([]any{ExecRunning, owner, now, now}, args...)
 	all = append(all, StatusEnabled)
 	var err error
 	for attempt := 1; ; attempt++ {
@@ -96,6 +102,68 @@ func (s *Store) ClaimExecutions(ctx context.Context, ps []ClaimParams) ([]ClaimR
 	return out, nil
 }
 
+// claimEach claims a group in one SQLite transaction, one prepared single-row claim per
+// occurrence: in-process SQLite has no round trips to save, and a statement whose shape
+// changes with the group's size would be parsed anew every time (the cost that dominated).
+func (s *Store) claimEach(ctx context.Context, ps []ClaimParams) ([]ClaimResult, error) {
+	out := make([]ClaimResult, len(ps))
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		ins, err := s.prepared(ctx, tx, claimQuery+s.ignoreDuplicateClause("timer_task", "timer_id, scheduled_ms"))
+		if err != nil {
+			return err
+		}
+		get, err := s.prepared(ctx, tx, "SELECT "+execCols+" FROM timer_task WHERE timer_id = ? AND scheduled_ms = ?")
+		if err != nil {
+			return err
+		}
+		for i, p := range ps {
+			res, err := ins.ExecContext(ctx, claimArgs(p)...)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			var e Execution
+			err = get.GetContext(ctx, &e, p.TimerID, p.ScheduledMS)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue // the timer is not enabled at that version
+			}
+			if err != nil {
+				return err
+			}
+			out[i] = ClaimResult{Existing: e, Claimed: n == 1}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dao: claim group of %d: %w", len(ps), err)
+	}
+	return out, nil
+}
+
+// prepared returns q prepared for tx. The statement is prepared once per store and, by
+// database/sql, once per connection: parsing dominated the cost of small SQLite groups.
+// The returned statement belongs to tx (closed with it).
+func (s *Store) prepared(ctx context.Context, tx *sqlx.Tx, q string) (*sqlx.Stmt, error) {
+	s.stmtMu.Lock()
+	st, ok := s.stmts[q]
+	if !ok {
+		var err error
+		if st, err = s.db.PreparexContext(ctx, q); err != nil {
+			s.stmtMu.Unlock()
+			return nil, err
+		}
+		if s.stmts == nil {
+			s.stmts = map[string]*sqlx.Stmt{}
+		}
+		s.stmts[q] = st
+	}
+	s.stmtMu.Unlock()
+	return tx.StmtxContext(ctx, st), nil
+}
+
 // RecordAttempts records a group of attempts as RecordAttempt does each, in one
 // transaction: it finds the executions still running at the given attempt under their
 // owner, updates them in one statement and inserts their attempt rows in another. The
@@ -128,6 +196,9 @@ func (s *Store) RecordAttempts(ctx context.Context, ps []RecordAttemptParams) ([
 	}
 	if len(valid) == 0 {
 		return errs, nil
+	}
+	if s.dialect != DialectMySQL {
+		return s.recordEach(ctx, ps, valid, errs)
 	}
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		q, args, err := sqlx.In("SELECT id, attempt, owner FROM timer_task WHERE id IN (?) AND status = ?"+s.forUpdate(), ids, ExecRunning)
@@ -165,6 +236,43 @@ func (s *Store) RecordAttempts(ctx context.Context, ps []RecordAttemptParams) ([
 		}
 		if err := s.insertAttempts(ctx, tx, ps, held); err != nil {
 			return err
+		}
+		return s.sortGone(ctx, tx, ps, gone, errs)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dao: record group of %d: %w", len(ps), err)
+	}
+	return errs, nil
+}
+
+// recordEach records a group in one SQLite transaction with prepared single-row statements
+// (see claimEach).
+func (s *Store) recordEach(ctx context.Context, ps []RecordAttemptParams, valid []int, errs []error) ([]error, error) {
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		upd, err := s.prepared(ctx, tx, recordUpdateQuery)
+		if err != nil {
+			return err
+		}
+		ins, err := s.prepared(ctx, tx, recordInsertQuery+s.ignoreDuplicateClause("timer_task_attempt", "task_id, attempt"))
+		if err != nil {
+			return err
+		}
+		var gone []int
+		for _, i := range valid {
+			p := ps[i]
+			res, err := upd.ExecContext(ctx, recordUpdateArgs(p)...)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				gone = append(gone, i)
+				continue
+			}
+			if _, err := ins.ExecContext(ctx, recordInsertArgs(p)...); err != nil {
+				return err
+			}
 		}
 		return s.sortGone(ctx, tx, ps, gone, errs)
 	})
@@ -227,12 +335,9 @@ func (s *Store) insertAttempts(ctx context.Context, tx *sqlx.Tx, ps []RecordAtte
 	}
 	args := make([]any, 0, 8*len(held))
 	for _, i := range held {
-		p := ps[i]
-		args = append(args, p.ID, p.Attempt, truncate(p.Owner, MaxOwnerLen), p.StartedMS, p.NowMS, p.DurationMS, p.HTTPStatus,
-			truncate(p.Error, MaxErrorLen))
+		args = append(args, recordInsertArgs(ps[i])...)
 	}
-	q := `INSERT INTO timer_task_attempt (task_id, attempt, owner, started_ms, finished_ms, duration_ms, http_status, error)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?)` + strings.Repeat(", (?, ?, ?, ?, ?, ?, ?, ?)", len(held)-1) +
+	q := recordInsertQuery + strings.Repeat(", (?, ?, ?, ?, ?, ?, ?, ?)", len(held)-1) +
 		s.ignoreDuplicateClause("timer_task_attempt", "task_id, attempt")
 	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 		return fmt.Errorf("insert attempts: %w", err)

@@ -93,17 +93,8 @@ func (s *Store) RecordAttempt(ctx context.Context, p RecordAttemptParams) error 
 		return fmt.Errorf("dao: record attempt of execution %d: bad status %q", p.ID, p.Status)
 	}
 	owner := truncate(p.Owner, MaxOwnerLen)
-	errText := truncate(p.Error, MaxErrorLen)
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		newOwner, finished, next := owner, p.NowMS, int64(0)
-		if p.Status == ExecPending {
-			newOwner, finished, next = "", 0, p.NextRetryMS
-		}
-		res, err := tx.ExecContext(ctx, `UPDATE timer_task SET status = ?, owner = ?, next_retry_ms = ?,
-		http_status = ?, error = ?, response = ?, duration_ms = ?, finished_ms = ?, updated_ms = ?
-		WHERE id = ? AND owner = ? AND attempt = ? AND status = ?`,
-			p.Status, newOwner, next, p.HTTPStatus, errText, truncate(p.Response, MaxResponseLen),
-			p.DurationMS, finished, p.NowMS, p.ID, owner, p.Attempt, ExecRunning)
+		res, err := tx.ExecContext(ctx, recordUpdateQuery, recordUpdateArgs(p)...)
 		if err != nil {
 			return err
 		}
@@ -121,9 +112,8 @@ func (s *Store) RecordAttempt(ctx context.Context, p RecordAttemptParams) error 
 			}
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO timer_task_attempt (task_id, attempt, owner, started_ms, finished_ms,
-		duration_ms, http_status, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`+s.ignoreDuplicateClause("timer_task_attempt", "task_id, attempt"),
-			p.ID, p.Attempt, owner, p.StartedMS, p.NowMS, p.DurationMS, p.HTTPStatus, errText)
+		_, err = tx.ExecContext(ctx, recordInsertQuery+s.ignoreDuplicateClause("timer_task_attempt", "task_id, attempt"),
+			recordInsertArgs(p)...)
 		return err
 	})
 	if errors.Is(err, ErrNotFound) {
@@ -133,6 +123,32 @@ func (s *Store) RecordAttempt(ctx context.Context, p RecordAttemptParams) error 
 		return fmt.Errorf("dao: record attempt %d of execution %d: %w", p.Attempt, p.ID, err)
 	}
 	return nil
+}
+
+// recordUpdateQuery writes an attempt's outcome into its execution where id, owner and
+// attempt match a running one (recordUpdateArgs). A pending execution keeps no owner.
+const recordUpdateQuery = `UPDATE timer_task SET status = ?, owner = ?, next_retry_ms = ?,
+	http_status = ?, error = ?, response = ?, duration_ms = ?, finished_ms = ?, updated_ms = ?
+	WHERE id = ? AND owner = ? AND attempt = ? AND status = ?`
+
+func recordUpdateArgs(p RecordAttemptParams) []any {
+	owner := truncate(p.Owner, MaxOwnerLen)
+	newOwner, finished, next := owner, p.NowMS, int64(0)
+	if p.Status == ExecPending {
+		newOwner, finished, next = "", 0, p.NextRetryMS
+	}
+	return []any{p.Status, newOwner, next, p.HTTPStatus, truncate(p.Error, MaxErrorLen), truncate(p.Response, MaxResponseLen),
+		p.DurationMS, finished, p.NowMS, p.ID, owner, p.Attempt, ExecRunning}
+}
+
+// recordInsertQuery is an attempt's row (recordInsertArgs); the caller appends
+// ignoreDuplicateClause.
+const recordInsertQuery = `INSERT INTO timer_task_attempt (task_id, attempt, owner, started_ms, finished_ms,
+	duration_ms, http_status, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+
+func recordInsertArgs(p RecordAttemptParams) []any {
+	return []any{p.ID, p.Attempt, truncate(p.Owner, MaxOwnerLen), p.StartedMS, p.NowMS, p.DurationMS, p.HTTPStatus,
+		truncate(p.Error, MaxErrorLen)}
 }
 
 // ListAttempts returns an execution's attempts, first to last.

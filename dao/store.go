@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/jonboulle/clockwork"
@@ -28,6 +29,9 @@ type Store struct {
 	db      *sqlx.DB
 	dialect string // "mysql" or "sqlite"
 	clock   clockwork.Clock
+
+	stmtMu sync.Mutex
+	stmts  map[string]*sqlx.Stmt // prepared once, reused by every connection (prepared)
 }
 
 // Dialect names.
@@ -69,6 +73,12 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 
 // Close closes the connection pool.
 func (s *Store) Close() error {
+	s.stmtMu.Lock()
+	for _, st := range s.stmts {
+		_ = st.Close()
+	}
+	s.stmts = nil
+	s.stmtMu.Unlock()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("dao: close: %w", err)
 	}

@@ -35,7 +35,7 @@ type Config struct {
 	// InstanceID is written as the owner of the executions this process claims. Required.
 	InstanceID string
 	// PoolSize is the number of callbacks run at once (the ants pool), and the HTTP client's
-	// idle connections per host. Default 256.
+	// idle connections per host. Default 1024 (an occurrence holds its slot from its claim, up to ClaimAhead early, to its recorded result).
 	PoolSize int
 	// ResponseExcerptBytes bounds the response body read and kept per execution; 0 keeps none
 	// (conf's default is 1024).
@@ -61,6 +61,13 @@ type Config struct {
 	// Registerer takes the executor's metrics (the app's /metrics registry). Default: a
 	// private registry.
 	Registerer prometheus.Registerer
+	// ClaimAhead is how early an occurrence may be handed over (trigger.Config.Lead): one
+	// due within ClaimAhead is claimed at once and called at its time. 0: called at once.
+	ClaimAhead time.Duration
+	// TimerCacheTTL bounds how long a timer's definition is reused without reading the
+	// store (the claim checks its version, so a stale one is only ever retried, never
+	// trusted). Default 1m; negative: no cache.
+	TimerCacheTTL time.Duration
 	// Ungrouped sends each occurrence's store calls alone even when the store can group
 	// them (GroupStore; see group.go). For tests and comparisons.
 	Ungrouped bool
@@ -68,7 +75,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.PoolSize <= 0 {
-		c.PoolSize = 256
+		c.PoolSize = 1024
 	}
 	if c.ResponseExcerptBytes < 0 {
 		c.ResponseExcerptBytes = 0
@@ -90,6 +97,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Jitter == nil {
 		c.Jitter = fullJitter
+	}
+	if c.TimerCacheTTL == 0 {
+		c.TimerCacheTTL = time.Minute
 	}
 	return c
 }
@@ -154,6 +164,7 @@ type Executor struct {
 	leases   leases   // executions in flight here, renewed by the heartbeat loop
 	hb       heartbeat
 	grouped  *groupedStore // nil when the store's calls go out one by one
+	timers   timerCache
 	m        *metrics
 
 	// base is the context of every execution: cancelled only when Stop gives up waiting.
@@ -207,6 +218,7 @@ func New(cfg Config, store Store) (*Executor, error) {
 		},
 		pool:       pool,
 		leases:     leases{m: map[int64]*lease{}},
+		timers:     timerCache{m: map[int64]cachedTimer{}, ttl: cfg.TimerCacheTTL},
 		sem:        make(chan struct{}, cfg.PoolSize),
 		base:       base,
 		cancelBase: cancel,
@@ -332,35 +344,35 @@ func (e *Executor) Execute(ctx context.Context, occ Occurrence) (res Result) {
 		}
 	}()
 
-	t, err := e.store.GetTimer(ctx, occ.TimerID)
-	if errors.Is(err, dao.ErrNotFound) {
-		return e.skip(occ, "timer deleted")
-	}
+	d, err := e.definition(ctx, occ.TimerID, false)
 	if err != nil {
 		return e.unrecorded(occ, "load timer", err)
 	}
-	if t.Status != dao.StatusEnabled {
-		return e.skip(occ, "timer "+t.Status)
+	if why := d.refuses(occ); why != "" && d.cached {
+		// A cached definition only ever says yes: a no is confirmed on the stored one.
+		if d, err = e.definition(ctx, occ.TimerID, true); err != nil {
+			return e.unrecorded(occ, "load timer", err)
+		}
 	}
-	sched, err := schedule.Parse(schedule.Spec(t.Schedule), time.UnixMilli(t.AnchorMS))
-	if err != nil {
-		e.log.Error("stored schedule does not parse", "timer_id", t.ID, "err", err)
-		return e.skip(occ, "invalid schedule")
+	if why := d.refuses(occ); why != "" {
+		return e.skip(occ, why)
 	}
-	if !schedule.Has(sched, time.UnixMilli(occ.ScheduledMS)) {
-		return e.skip(occ, "not an occurrence of the timer's current schedule")
+	exec, claimed, err := e.claim(ctx, occ, d.t)
+	if err == nil && !claimed && exec.ID == 0 && d.cached {
+		// The timer changed since it was cached (the claim checks the version): decide
+		// again on the stored definition.
+		if d, err = e.definition(ctx, occ.TimerID, true); err != nil {
+			return e.unrecorded(occ, "load timer", err)
+		}
+		if why := d.refuses(occ); why != "" {
+			return e.skip(occ, why)
+		}
+		exec, claimed, err = e.claim(ctx, occ, d.t)
 	}
-
-	exec, claimed, err := e.store.ClaimExecution(ctx, dao.ClaimParams{
-		TimerID:      occ.TimerID,
-		ScheduledMS:  occ.ScheduledMS,
-		TimerVersion: t.Version,
-		Owner:        e.cfg.InstanceID,
-		NowMS:        e.clk.Now().UnixMilli(),
-	})
 	if err != nil {
 		return e.unrecorded(occ, "claim", err)
 	}
+	t, sched := d.t, d.sched
 	if !claimed && exec.Status == dao.ExecRunning && exec.Owner == e.cfg.InstanceID && exec.TimerVersion == t.Version {
 		// Claimed here before, but the claim's answer or the result's write was lost (store
 		// timeout): no run of it is in flight here (active above), so run it now rather than
@@ -381,6 +393,15 @@ func (e *Executor) Execute(ctx context.Context, occ Occurrence) (res Result) {
 			}
 		}
 		return e.skip(occ, "already executed (execution "+fmt.Sprint(exec.ID)+", "+exec.Status+")")
+	}
+	// Claimed ahead of its time (the trigger hands occurrences over ClaimAhead early, so the
+	// store's latency is not the callback's): call it at its millisecond, never before.
+	if wait := time.UnixMilli(occ.ScheduledMS).Sub(e.clk.Now()); wait > 0 && wait <= e.cfg.ClaimAhead {
+		select {
+		case <-e.clk.After(wait):
+		case <-ctx.Done():
+			return e.handBack(context.WithoutCancel(ctx), occ, exec.ID)
+		}
 	}
 	return e.run(ctx, t, sched, exec)
 }

@@ -43,8 +43,9 @@ const (
 type Config struct {
 	// Buckets is the number of slices per minute. Required, the same on every instance.
 	Buckets int
-	// Grace and Poll are passed to the triggers (trigger.DefaultGrace, DefaultPoll).
-	Grace, Poll time.Duration
+	// Grace, Poll and Lead are passed to the triggers (trigger.DefaultGrace, DefaultPoll;
+	// Lead 0).
+	Grace, Poll, Lead time.Duration
 	// LeaseTTL and LeaseRenew time the slice lease (DefaultLeaseTTL, DefaultLeaseRenew).
 	// A trigger stops working its slice LeaseTTL/2 (at most Margin) before its lease can
 	// expire.
@@ -284,6 +285,7 @@ func (s *Scheduler) work(ctx context.Context, sl index.Slice, lock *index.Lock, 
 		RenewEvery: s.cfg.LeaseRenew,
 		Grace:      s.cfg.Grace,
 		Poll:       s.cfg.Poll,
+		Lead:       s.cfg.Lead,
 		Clock:      s.clk,
 		Logger:     s.cfg.Logger,
 		Metrics:    s.m.triggers,

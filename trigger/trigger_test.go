@@ -113,6 +113,12 @@ type testBundle struct {
 // setup starts a trigger for the slice at sliceStart with the clock at start.
 func setup(t *testing.T, start time.Time, deadline time.Time, stamped ...int64) *testBundle {
 	t.Helper()
+	return setupLead(t, start, deadline, 0, stamped...)
+}
+
+// setupLead is setup with the trigger's Lead.
+func setupLead(t *testing.T, start time.Time, deadline time.Time, lead time.Duration, stamped ...int64) *testBundle {
+	t.Helper()
 	clk := clockwork.NewFakeClockAt(start)
 	b := &testBundle{
 		clk:    clk,
@@ -125,6 +131,7 @@ func setup(t *testing.T, start time.Time, deadline time.Time, stamped ...int64) 
 	tr := trigger.New(trigger.Config{
 		Slice:    index.Slice{Start: sliceStart, Bucket: 0},
 		Deadline: deadline,
+		Lead:     lead,
 		Clock:    clk,
 		Logger:   slog.New(slog.DiscardHandler),
 	}, b.idx, b.exec)
@@ -224,6 +231,21 @@ func TestTrigger(t *testing.T) {
 			if len(got) != 1 || got[0].occ.ScheduledMS != due.UnixMilli() || !got[0].at.Equal(due) {
 				t.Fatalf("at %s: submitted %v, want that occurrence at that instant", due.Format(time.StampMilli), got)
 			}
+		}
+	})
+
+	t.Run("LeadHandsOverEachOccurrenceThatEarly", func(t *testing.T) {
+		t.Parallel()
+		const lead = 100 * time.Millisecond
+		due := sliceStart.Add(1234 * time.Millisecond)
+		b := setupLead(t, sliceStart, farDeadline, lead, due.UnixMilli())
+		b.advanceTo(t, due.Add(-lead-time.Millisecond))
+		if got := b.submitted(); len(got) != 0 {
+			t.Fatalf("submitted %v more than the lead before its time", got)
+		}
+		b.advanceTo(t, due.Add(-lead))
+		if got := b.submitted(); len(got) != 1 || !got[0].at.Equal(due.Add(-lead)) {
+			t.Fatalf("submitted %v, want the occurrence exactly the lead before its time", got)
 		}
 	})
 

@@ -3,6 +3,7 @@
 //	tock serve   [--config tock.yaml]   API and engine in one process
 //	tock migrate [--config tock.yaml]   apply the schema migrations and exit
 //	tock healthcheck [--url URL]        exit 0 when the instance answers /readyz with 200
+//	tock bench [flags] WORKLOAD         run a benchmark workload end to end (steady|burst|ramp|mixed)
 //	tock version
 package main
 
@@ -31,6 +32,7 @@ Usage:
   tock serve   [--config FILE]   run the API and the engine (SIGINT/SIGTERM stop it gracefully)
   tock migrate [--config FILE]   apply the schema migrations and exit
   tock healthcheck [--url URL]   exit 0 if URL (default http://127.0.0.1:8080/readyz) answers 200
+  tock bench [flags] WORKLOAD    benchmark: steady | burst | ramp | mixed (tock bench -h for flags)
   tock version                   print the version
 
 With no configuration tock runs self-contained: SQLite in ./tock-data and an in-process Redis.
@@ -56,6 +58,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "healthcheck":
 		return healthcheck(rest, stderr)
+	case "bench":
+		return benchCmd(rest, stdout, stderr)
 	case "serve", "migrate":
 	default:
 		fmt.Fprintf(stderr, "tock: unknown command %q\n\n%s", cmd, usage)
