@@ -107,7 +107,8 @@ func (s *Store) ClaimExecutions(ctx context.Context, ps []ClaimParams) ([]ClaimR
 // changes with the group's size would be parsed anew every time (the cost that dominated).
 func (s *Store) claimEach(ctx context.Context, ps []ClaimParams) ([]ClaimResult, error) {
 	out := make([]ClaimResult, len(ps))
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.retryTx(ctx, func(tx *sqlx.Tx) error {
+		clear(out)
 		ins, err := s.prepared(ctx, tx, claimQuery+s.ignoreDuplicateClause("timer_task", "timer_id, scheduled_ms"))
 		if err != nil {
 			return err
@@ -141,6 +142,18 @@ func (s *Store) claimEach(ctx context.Context, ps []ClaimParams) ([]ClaimResult,
 		return nil, fmt.Errorf("dao: claim group of %d: %w", len(ps), err)
 	}
 	return out, nil
+}
+
+// retryTx runs fn in a transaction, again (up to claimAttempts times) when it lost an InnoDB
+// deadlock or a SQLite busy wait: group writers running at once lock rows of the same
+// indexes, and the database picks a victim to roll back rather than wait.
+func (s *Store) retryTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := s.inTx(ctx, fn)
+		if err == nil || !isRetryable(err) || attempt == claimAttempts || ctx.Err() != nil {
+			return err
+		}
+	}
 }
 
 // prepared returns q prepared for tx. The statement is prepared once per store and, by
@@ -200,7 +213,10 @@ func (s *Store) RecordAttempts(ctx context.Context, ps []RecordAttemptParams) ([
 	if s.dialect != DialectMySQL {
 		return s.recordEach(ctx, ps, valid, errs)
 	}
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.retryTx(ctx, func(tx *sqlx.Tx) error {
+		for _, i := range valid {
+			errs[i] = nil // a retried transaction decides afresh
+		}
 		q, args, err := sqlx.In("SELECT id, attempt, owner FROM timer_task WHERE id IN (?) AND status = ?"+s.forUpdate(), ids, ExecRunning)
 		if err != nil {
 			return err
@@ -248,7 +264,10 @@ func (s *Store) RecordAttempts(ctx context.Context, ps []RecordAttemptParams) ([
 // recordEach records a group in one SQLite transaction with prepared single-row statements
 // (see claimEach).
 func (s *Store) recordEach(ctx context.Context, ps []RecordAttemptParams, valid []int, errs []error) ([]error, error) {
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.retryTx(ctx, func(tx *sqlx.Tx) error {
+		for _, i := range valid {
+			errs[i] = nil
+		}
 		upd, err := s.prepared(ctx, tx, recordUpdateQuery)
 		if err != nil {
 			return err
