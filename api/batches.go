@@ -22,6 +22,7 @@ import (
 
 	"github.com/tockd/tock/batch"
 	"github.com/tockd/tock/dao"
+	"github.com/tockd/tock/schedule"
 )
 
 // Limits of batch requests.
@@ -202,10 +203,16 @@ func (a *API) batchRestore(ctx context.Context, w *batch.Work) error {
 	return nil
 }
 
+// manualKeySpan bounds the search for a manual execution's key: the first millisecond from
+// the batch's creation that is not an occurrence of the timer's schedule.
+const manualKeySpan = 1000
+
 // batchTrigger fires the task's timer once, now, outside its schedule: it stores a manual
 // execution, pending and due at once, which the retry poller of any instance running the
-// engine claims and runs like any execution (retries, takeover, the attempts list). The
-// occurrence is keyed by the batch's creation time, so a task run twice fires it once.
+// engine claims and runs like any execution (retries, takeover, the attempts list). Its key
+// is the first millisecond from the batch's creation that is not an occurrence of the
+// timer (so it neither swallows nor is swallowed by a scheduled one), and a task run again
+// finds the execution its earlier run created: the timer fires once per batch.
 func (a *API) batchTrigger(ctx context.Context, w *batch.Work) error {
 	id := w.Task.TimerID
 	cur, err := a.store.GetTimer(ctx, id)
@@ -215,14 +222,37 @@ func (a *API) batchTrigger(ctx context.Context, w *batch.Work) error {
 	if cur.Status != dao.StatusEnabled {
 		return batch.Permanent(fmt.Errorf("timer %d is %s; only an enabled timer can be triggered", id, cur.Status))
 	}
-	exec, _, err := a.store.CreateManualExecution(ctx, dao.ManualParams{
-		TimerID: id, ScheduledMS: w.Job.CreatedMS, NowMS: a.clock.Now().UnixMilli()})
+	from := w.Job.CreatedMS
+	earlier, err := a.store.ListExecutions(ctx, dao.ListExecutionsParams{TimerID: id, FromMS: from, ToMS: from + manualKeySpan})
+	if err != nil {
+		return batchTaskError(fmt.Errorf("finding earlier runs for timer %d: %w", id, err))
+	}
+	for _, e := range earlier {
+		if e.Manual {
+			return nil // an earlier run of this task fired it
+		}
+	}
+	sched, err := schedule.Parse(schedule.Spec(cur.Schedule), time.UnixMilli(cur.AnchorMS))
+	if err != nil {
+		return batch.Permanent(fmt.Errorf("timer %d: stored schedule: %w", id, err))
+	}
+	at := from
+	for schedule.Has(sched, time.UnixMilli(at)) && at < from+manualKeySpan {
+		at++
+	}
+	if at == from+manualKeySpan {
+		return batch.Permanent(fmt.Errorf("timer %d: no free millisecond for a manual execution", id))
+	}
+	exec, created, err := a.store.CreateManualExecution(ctx, dao.ManualParams{TimerID: id, ScheduledMS: at, NowMS: a.clock.Now().UnixMilli()})
 	if err != nil {
 		return batchTaskError(fmt.Errorf("firing timer %d: %w", id, err))
 	}
-	if exec.ID == 0 {
+	switch {
+	case exec.ID == 0:
 		// Disabled or deleted between the read and the insert.
 		return batch.Permanent(fmt.Errorf("timer %d is no longer enabled; not triggered", id))
+	case !created && !exec.Manual:
+		return fmt.Errorf("timer %d: occurrence %s was taken meanwhile; trying again", id, dao.Key(id, at))
 	}
 	return nil
 }

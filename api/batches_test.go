@@ -15,6 +15,7 @@ import (
 	"github.com/tockd/tock/batch"
 	"github.com/tockd/tock/dao"
 	"github.com/tockd/tock/dao/daotest"
+	"github.com/tockd/tock/schedule"
 )
 
 // batchBundle is an API with batches over its own store (a batch runner works on every
@@ -462,8 +463,8 @@ func TestBatchTrigger(t *testing.T) {
 		ts := b.timers(t, "trig", 5) // 0, 2, 4 enabled
 		v := b.createBatch(t, map[string]any{"operation": "trigger", "target": map[string]any{"app": "trig"}}, 202)
 		// Timer 2 fired already (a previous run of its task, say): not fired again.
-		if _, ok, err := s.ClaimExecution(context.Background(), dao.ClaimParams{TimerID: ts[2].ID, ScheduledMS: t0.UnixMilli(),
-			TimerVersion: ts[2].Version, Owner: "x", NowMS: t0.UnixMilli()}); err != nil || !ok {
+		if _, ok, err := s.CreateManualExecution(context.Background(), dao.ManualParams{TimerID: ts[2].ID,
+			ScheduledMS: t0.UnixMilli() + 5, NowMS: t0.UnixMilli()}); err != nil || !ok {
 			t.Fatal(ok, err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -483,8 +484,19 @@ func TestBatchTrigger(t *testing.T) {
 			}
 			switch i {
 			case 0, 4:
-				if len(es) != 1 || !es[0].Manual || es[0].Status != dao.ExecPending || es[0].ScheduledMS != t0.UnixMilli() {
-					t.Fatalf("timer %d: executions %+v, want one manual pending at the batch's creation", i, es)
+				// Keyed at the first millisecond from the batch's creation that is not an
+				// occurrence of the timer (every 30s from its creation, t0 included).
+				row, err := s.GetTimer(ctx, tm.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sched, err := schedule.Parse(schedule.Spec(row.Schedule), time.UnixMilli(row.AnchorMS))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(es) != 1 || !es[0].Manual || es[0].Status != dao.ExecPending || es[0].ScheduledMS < t0.UnixMilli() ||
+					es[0].ScheduledMS > t0.UnixMilli()+1 || schedule.Has(sched, time.UnixMilli(es[0].ScheduledMS)) {
+					t.Fatalf("timer %d: executions %+v, want one manual pending at the first non-occurrence from the batch's creation", i, es)
 				}
 				var ex ExecutionDetail
 				b.do(t, http.MethodGet, fmt.Sprintf("/api/v1/executions/%d", es[0].ID), nil).decode(t, &ex)
@@ -492,7 +504,7 @@ func TestBatchTrigger(t *testing.T) {
 					t.Fatalf("execution view %+v: want manual", ex)
 				}
 			case 2:
-				if len(es) != 1 || es[0].Manual || es[0].Owner != "x" {
+				if len(es) != 1 || !es[0].Manual || es[0].ScheduledMS != t0.UnixMilli()+5 {
 					t.Fatalf("timer 2 fired again: %+v", es)
 				}
 			default:

@@ -291,6 +291,11 @@ func (c Config) Validate() error {
 	if c.Engine.ClaimAhead.D() < 0 || c.Engine.ClaimAhead.D() > 2*time.Second {
 		return bad("engine.claim_ahead", "must be between 0s and 2s")
 	}
+	if c.Engine.ClaimAhead.D() >= c.Engine.HeartbeatInterval.D() {
+		// An execution claimed ahead waits under its lease; it must be renewed before the
+		// takeover could count it stale.
+		return bad("engine.claim_ahead", "must be shorter than engine.heartbeat_interval")
+	}
 	if c.Engine.ResultWriteTimeout.D() < time.Second {
 		return bad("engine.result_write_timeout", "must be at least 1s")
 	}

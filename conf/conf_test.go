@@ -61,6 +61,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"EnvNotInt", "", []string{"TOCK_ENGINE_POOL_SIZE=many"}, "TOCK_ENGINE_POOL_SIZE"},
 		{"EnvBadDuration", "", []string{"TOCK_HTTP_SHUTDOWN_TIMEOUT=10"}, "http.shutdown_timeout"},
 		{"WindowShorterThanStep", "engine:\n  migrate_step: 1h\n  migrate_window: 30m\n", nil, "engine.migrate_window"},
+		{"ClaimAheadTooLong", "", []string{"TOCK_ENGINE_CLAIM_AHEAD=3s"}, "engine.claim_ahead"},
+		{"ClaimAheadPastHeartbeat", "", []string{"TOCK_ENGINE_CLAIM_AHEAD=500ms", "TOCK_ENGINE_HEARTBEAT_INTERVAL=200ms"}, "engine.claim_ahead"},
 		{"BadLogLevel", "", []string{"TOCK_LOG_LEVEL=loud"}, "log.level"},
 		{"PrefixWithBrace", "", []string{"TOCK_REDIS_KEY_PREFIX={x}"}, "redis.key_prefix"},
 	}

@@ -1,10 +1,12 @@
 package dao
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jmoiron/sqlx"
@@ -51,7 +53,11 @@ func (s *Store) ClaimExecutions(ctx context.Context, ps []ClaimParams) ([]ClaimR
 	args := make([]any, 0, 4*len(ps)+8)
 	ids := make([]int64, 0, len(ps))
 	minMS, maxMS := ps[0].ScheduledMS, ps[0].ScheduledMS
-	for i, p := range ps {
+	// In timer id order, so concurrent groups lock timer rows in one order (rows are matched
+	// back by key, not position).
+	sorted := slices.Clone(ps)
+	slices.SortFunc(sorted, func(a, b ClaimParams) int { return cmp.Compare(a.TimerID, b.TimerID) })
+	for i, p := range sorted {
 		if i > 0 {
 			sel.WriteString(" UNION ALL ")
 		}
@@ -60,10 +66,12 @@ func (s *Store) ClaimExecutions(ctx context.Context, ps []ClaimParams) ([]ClaimR
 		ids = append(ids, p.TimerID)
 		minMS, maxMS = min(minMS, p.ScheduledMS), max(maxMS, p.ScheduledMS)
 	}
+	// STRAIGHT_JOIN: drive from the requested rows by primary key. Left to itself MariaDB may
+	// scan timer by status, and INSERT ... SELECT would then lock every enabled timer.
 	q := `INSERT INTO timer_task (timer_id, scheduled_ms, status, attempt, owner, timer_version,
 		started_ms, finished_ms, duration_ms, http_status, error, response, created_ms, updated_ms)
 	SELECT t.id, v.sms, ?, 1, ?, t.version, v.st, 0, 0, 0, '', '', ?, ?
-	FROM timer t JOIN (` + sel.String() + `) v ON t.id = v.tid AND t.version = v.ver
+	FROM (` + sel.String() + `) v STRAIGHT_JOIN timer t ON t.id = v.tid AND t.version = v.ver
 	WHERE t.status = ?` + s.ignoreDuplicateClause("timer_task", "timer_id, scheduled_ms")
 	all := append([]any{ExecRunning, owner, now, now}, args...)
 	all = append(all, StatusEnabled)
@@ -426,6 +434,9 @@ func (s *Store) CompleteOneShots(ctx context.Context, ts []OneShot, nowMS int64)
 	if len(ts) == 0 {
 		return nil
 	}
+	// In id order, so concurrent groups lock timer rows in one order.
+	ts = slices.Clone(ts)
+	slices.SortFunc(ts, func(a, b OneShot) int { return cmp.Compare(a.ID, b.ID) })
 	var b strings.Builder
 	args := make([]any, 0, 2*len(ts)+3)
 	args = append(args, StatusCompleted, nowMS, StatusEnabled)
@@ -436,8 +447,11 @@ func (s *Store) CompleteOneShots(ctx context.Context, ts []OneShot, nowMS int64)
 		b.WriteString("(id = ? AND version = ?)")
 		args = append(args, t.ID, t.Version)
 	}
-	if _, err := s.db.ExecContext(ctx, `UPDATE timer SET status = ?, version = version + 1, updated_ms = ?
-	WHERE status = ? AND (`+b.String()+`)`, args...); err != nil {
+	q := `UPDATE timer SET status = ?, version = version + 1, updated_ms = ? WHERE status = ? AND (` + b.String() + `)`
+	if err := s.retryTx(ctx, func(tx *sqlx.Tx) error {
+		_, err := tx.ExecContext(ctx, q, args...)
+		return err
+	}); err != nil {
 		return fmt.Errorf("dao: complete %d one-shots: %w", len(ts), err)
 	}
 	return nil

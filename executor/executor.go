@@ -61,8 +61,10 @@ type Config struct {
 	// Registerer takes the executor's metrics (the app's /metrics registry). Default: a
 	// private registry.
 	Registerer prometheus.Registerer
-	// ClaimAhead is how early an occurrence may be handed over (trigger.Config.Lead): one
-	// due within ClaimAhead is claimed at once and called at its time. 0: called at once.
+	// ClaimAhead is how early the trigger hands occurrences over (trigger.Config.Lead): when
+	// it is set, an occurrence whose time is ahead is claimed at once and called at its
+	// time, never before (its lease renewed meanwhile). 0: no occurrence is expected early
+	// and each is called at once.
 	ClaimAhead time.Duration
 	// TimerCacheTTL bounds how long a timer's definition is reused without reading the
 	// store (the claim checks its version, so a stale one is only ever retried, never
@@ -358,22 +360,30 @@ func (e *Executor) Execute(ctx context.Context, occ Occurrence) (res Result) {
 		return e.skip(occ, why)
 	}
 	exec, claimed, err := e.claim(ctx, occ, d.t)
-	if err == nil && !claimed && exec.ID == 0 && d.cached {
-		// The timer changed since it was cached (the claim checks the version): decide
-		// again on the stored definition.
+	if err == nil && !claimed && d.cached {
+		// Not inserted at the cached version: the timer changed since it was cached, or the
+		// occurrence has an execution already. Either way decide again on the stored
+		// definition: the checks below (adopting our own row, completing a one-shot) must
+		// never rest on a cached one.
 		if d, err = e.definition(ctx, occ.TimerID, true); err != nil {
 			return e.unrecorded(occ, "load timer", err)
 		}
 		if why := d.refuses(occ); why != "" {
 			return e.skip(occ, why)
 		}
-		exec, claimed, err = e.claim(ctx, occ, d.t)
+		if exec.ID == 0 {
+			exec, claimed, err = e.claim(ctx, occ, d.t)
+		}
 	}
 	if err != nil {
 		return e.unrecorded(occ, "claim", err)
 	}
 	t, sched := d.t, d.sched
-	if !claimed && exec.Status == dao.ExecRunning && exec.Owner == e.cfg.InstanceID && exec.TimerVersion == t.Version {
+	// Adopt only a first attempt of a scheduled occurrence: a later attempt or a manual
+	// execution running under this owner was claimed by the poller, whose run may still be
+	// waiting for a pool slot.
+	if !claimed && exec.Status == dao.ExecRunning && exec.Owner == e.cfg.InstanceID && exec.TimerVersion == t.Version &&
+		exec.Attempt == 1 && !exec.Manual {
 		// Claimed here before, but the claim's answer or the result's write was lost (store
 		// timeout): no run of it is in flight here (active above), so run it now rather than
 		// leave it to the takeover. Executions owned by other instances are the takeover's:
@@ -395,12 +405,19 @@ func (e *Executor) Execute(ctx context.Context, occ Occurrence) (res Result) {
 		return e.skip(occ, "already executed (execution "+fmt.Sprint(exec.ID)+", "+exec.Status+")")
 	}
 	// Claimed ahead of its time (the trigger hands occurrences over ClaimAhead early, so the
-	// store's latency is not the callback's): call it at its millisecond, never before.
-	if wait := time.UnixMilli(occ.ScheduledMS).Sub(e.clk.Now()); wait > 0 && wait <= e.cfg.ClaimAhead {
+	// store's latency is not the callback's): call it at its millisecond, never before. The
+	// lease is renewed meanwhile, so no other instance takes the execution over.
+	if wait := time.UnixMilli(occ.ScheduledMS).Sub(e.clk.Now()); wait > 0 && e.cfg.ClaimAhead > 0 {
+		l := e.leases.add(exec.ID, e.clk.Now())
 		select {
 		case <-e.clk.After(wait):
 		case <-ctx.Done():
+			e.leases.remove(exec.ID)
 			return e.handBack(context.WithoutCancel(ctx), occ, exec.ID)
+		}
+		e.leases.remove(exec.ID)
+		if l.lost.Load() {
+			return e.skip(occ, "lost the execution to another instance")
 		}
 	}
 	return e.run(ctx, t, sched, exec)

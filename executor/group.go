@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -104,9 +105,7 @@ func (c *coalescer[Q, R]) loop() {
 		for _, p := range group {
 			qs = append(qs, p.q)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
-		rs, err := c.fn(ctx, qs)
-		cancel()
+		rs, err := c.run(qs)
 		for i, p := range group {
 			if err != nil {
 				p.out <- outcome[R]{err: err}
@@ -115,6 +114,22 @@ func (c *coalescer[Q, R]) loop() {
 			}
 		}
 	}
+}
+
+// run writes one group; a panic becomes the group's error, so no waiter is left hanging.
+func (c *coalescer[Q, R]) run(qs []Q) (rs []R, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rs, err = nil, fmt.Errorf("executor: group write panicked: %v", p)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	defer cancel()
+	rs, err = c.fn(ctx, qs)
+	if err == nil && len(rs) != len(qs) {
+		err = fmt.Errorf("executor: group write answered %d of %d", len(rs), len(qs))
+	}
+	return rs, err
 }
 
 func (c *coalescer[Q, R]) stop() {

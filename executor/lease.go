@@ -222,7 +222,8 @@ func (e *Executor) record(ctx context.Context, l *lease, p dao.RecordAttemptPara
 func (e *Executor) handBack(ctx context.Context, occ Occurrence, id int64) Result {
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
-	err := e.store.HandBackExecution(wctx, id, e.cfg.InstanceID, e.clk.Now().UnixMilli())
+	// Due now, or at its time if that is still ahead (claimed ahead): never run early.
+	err := e.store.HandBackExecution(wctx, id, e.cfg.InstanceID, max(e.clk.Now().UnixMilli(), occ.ScheduledMS))
 	if errors.Is(err, dao.ErrNotFound) {
 		return e.skip(occ, "lost the execution to another instance")
 	}

@@ -119,3 +119,40 @@ func TestClaimAheadCallsAtTheScheduledTime(t *testing.T) {
 		t.Fatalf("at its time: %+v, %d calls", res, rcv.calls.Load())
 	}
 }
+
+// A claim whose answer was lost leaves this instance's running row; if the timer is disabled
+// meanwhile, the next try must not adopt that row on the strength of the cached definition.
+func TestTimerCacheNeverAdoptsForADisabledTimer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ds := daotest.SQLite(t)
+	fs := &failingStore{Store: ds}
+	b := setup(t, fs, executor.Config{TimerCacheTTL: time.Hour})
+	b.store = ds
+	rcv := newReceiver(t, nil)
+	tm := b.createTimer(t, everySecond, dao.Callback{URL: rcv.URL})
+	first := executor.Occurrence{TimerID: tm.ID, ScheduledMS: t0.Add(time.Second).UnixMilli()}
+	second := executor.Occurrence{TimerID: tm.ID, ScheduledMS: t0.Add(2 * time.Second).UnixMilli()}
+	if res := b.exec.Execute(ctx, first); res.Outcome != executor.Succeeded {
+		t.Fatalf("first: %+v", res) // the definition is cached now
+	}
+	fs.loseClaimAnswer.Store(true)
+	if res := b.exec.Execute(ctx, second); res.Outcome != executor.Unrecorded {
+		t.Fatalf("claim answer lost: %+v, want unrecorded", res)
+	}
+	fs.loseClaimAnswer.Store(false)
+	cur, err := ds.GetTimer(ctx, tm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Status = dao.StatusDisabled
+	if _, err := ds.UpdateTimer(ctx, cur, cur.Version, t0.UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	if res := b.exec.Execute(ctx, second); res.Outcome != executor.Skipped {
+		t.Fatalf("after disabling: %+v, want skipped", res)
+	}
+	if n := rcv.calls.Load(); n != 1 {
+		t.Fatalf("%d calls, want 1: the disabled timer's occurrence was called", n)
+	}
+}
