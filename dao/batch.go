@@ -277,15 +277,8 @@ func (s *Store) CreateBatch(ctx context.Context, j BatchJob, timerIDs []int64, n
 
 // BatchByRequestID returns the batch created with requestID; ErrNotFound when none.
 func (s *Store) BatchByRequestID(ctx context.Context, requestID string) (BatchJob, error) {
-	var j BatchJob
-	err := s.db.GetContext(ctx, &j, "SELECT "+batchJobCols+" FROM batch_job WHERE request_id = ?", requestID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return BatchJob{}, ErrNotFound
-	}
-	if err != nil {
-		return BatchJob{}, fmt.Errorf("dao: get batch by request id: %w", err)
-	}
-	return j, nil
+	return getRow[BatchJob](ctx, s.db, "get batch by request id",
+		"SELECT "+batchJobCols+" FROM batch_job WHERE request_id = ?", requestID)
 }
 
 // GetBatch returns one batch; ErrNotFound when absent.
@@ -294,15 +287,7 @@ func (s *Store) GetBatch(ctx context.Context, id int64) (BatchJob, error) {
 }
 
 func getBatch(ctx context.Context, q queryer, id int64) (BatchJob, error) {
-	var j BatchJob
-	err := q.GetContext(ctx, &j, "SELECT "+batchJobCols+" FROM batch_job WHERE id = ?", id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return BatchJob{}, ErrNotFound
-	}
-	if err != nil {
-		return BatchJob{}, fmt.Errorf("dao: get batch %d: %w", id, err)
-	}
-	return j, nil
+	return getRow[BatchJob](ctx, q, "get batch", "SELECT "+batchJobCols+" FROM batch_job WHERE id = ?", id)
 }
 
 // ListBatchesParams filters a page of batches ordered by id ascending.
@@ -565,15 +550,7 @@ func (s *Store) ListBatchTasks(ctx context.Context, p ListBatchTasksParams) ([]B
 
 // GetBatchTask returns one task; ErrNotFound when absent.
 func (s *Store) GetBatchTask(ctx context.Context, id int64) (BatchTask, error) {
-	var t BatchTask
-	err := s.db.GetContext(ctx, &t, "SELECT "+batchTaskCols+" FROM batch_task WHERE id = ?", id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return BatchTask{}, ErrNotFound
-	}
-	if err != nil {
-		return BatchTask{}, fmt.Errorf("dao: get batch task %d: %w", id, err)
-	}
-	return t, nil
+	return getRow[BatchTask](ctx, s.db, "get batch task", "SELECT "+batchTaskCols+" FROM batch_task WHERE id = ?", id)
 }
 
 // ClaimBatchTaskParams is a claim: the task moves From -> To if it still has Version and
@@ -755,15 +732,7 @@ func (s *Store) GetTimerAny(ctx context.Context, id int64) (Timer, error) {
 }
 
 func getTimerAny(ctx context.Context, q queryer, id int64) (Timer, error) {
-	var t Timer
-	err := q.GetContext(ctx, &t, "SELECT "+timerCols+" FROM timer WHERE id = ?", id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Timer{}, ErrNotFound
-	}
-	if err != nil {
-		return Timer{}, fmt.Errorf("dao: get timer %d: %w", id, err)
-	}
-	return t, nil
+	return getRow[Timer](ctx, q, "get timer", "SELECT "+timerCols+" FROM timer WHERE id = ?", id)
 }
 
 // RestoreTimer writes the content of img (name, status, schedule, anchor, callback, retry,

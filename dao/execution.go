@@ -123,13 +123,8 @@ func claimStartedMS(p ClaimParams) int64 {
 }
 
 func (s *Store) executionByOccurrence(ctx context.Context, timerID, scheduledMS int64) (Execution, error) {
-	var e Execution
-	err := s.db.GetContext(ctx, &e, "SELECT "+execCols+" FROM timer_task WHERE timer_id = ? AND scheduled_ms = ?",
-		timerID, scheduledMS)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Execution{}, ErrNotFound
-	}
-	return e, err
+	return getRow[Execution](ctx, s.db, "get execution of timer",
+		"SELECT "+execCols+" FROM timer_task WHERE timer_id = ? AND scheduled_ms = ?", timerID, scheduledMS)
 }
 
 // FinishParams records the outcome of an attempt.
@@ -179,15 +174,7 @@ func (s *Store) FinishExecution(ctx context.Context, p FinishParams) error {
 
 // GetExecution returns one execution; ErrNotFound when absent.
 func (s *Store) GetExecution(ctx context.Context, id int64) (Execution, error) {
-	var e Execution
-	err := s.db.GetContext(ctx, &e, "SELECT "+execCols+" FROM timer_task WHERE id = ?", id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Execution{}, ErrNotFound
-	}
-	if err != nil {
-		return Execution{}, fmt.Errorf("dao: get execution %d: %w", id, err)
-	}
-	return e, nil
+	return getRow[Execution](ctx, s.db, "get execution", "SELECT "+execCols+" FROM timer_task WHERE id = ?", id)
 }
 
 // ListExecutionsParams filters a timer's executions ordered by id ascending.

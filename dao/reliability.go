@@ -289,13 +289,6 @@ type ExecutionTimes struct {
 
 // GetExecutionTimes returns an execution's heartbeat_ms and next_retry_ms.
 func (s *Store) GetExecutionTimes(ctx context.Context, id int64) (ExecutionTimes, error) {
-	var t ExecutionTimes
-	err := s.db.GetContext(ctx, &t, "SELECT heartbeat_ms, next_retry_ms FROM timer_task WHERE id = ?", id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return t, ErrNotFound
-	}
-	if err != nil {
-		return t, fmt.Errorf("dao: execution times %d: %w", id, err)
-	}
-	return t, nil
+	return getRow[ExecutionTimes](ctx, s.db, "execution times",
+		"SELECT heartbeat_ms, next_retry_ms FROM timer_task WHERE id = ?", id)
 }

@@ -2,6 +2,7 @@ package dao
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -98,3 +99,19 @@ func (s *Store) Dialect() string { return s.dialect }
 
 // DB exposes the pool for tests and tools; application code goes through the methods.
 func (s *Store) DB() *sqlx.DB { return s.db }
+
+// getRow reads the single row of query into a T: ErrNotFound when there is none, other
+// errors wrapped with what and the first argument ("dao: get timer 42: ...").
+func getRow[T any](ctx context.Context, q queryer, what, query string, args ...any) (T, error) {
+	var row T
+	err := q.GetContext(ctx, &row, query, args...)
+	if errors.Is(err, sql.ErrNoRows) {
+		var zero T
+		return zero, ErrNotFound
+	}
+	if err != nil {
+		var zero T
+		return zero, fmt.Errorf("dao: %s %v: %w", what, args[0], err)
+	}
+	return row, nil
+}

@@ -74,15 +74,8 @@ func (s *Store) CreateTimer(ctx context.Context, t Timer, nowMS int64) (out Time
 }
 
 func (s *Store) timerByRequestID(ctx context.Context, app, requestID string) (Timer, error) {
-	var t Timer
-	err := s.db.GetContext(ctx, &t, "SELECT "+timerCols+" FROM timer WHERE app = ? AND request_id = ?", app, requestID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Timer{}, ErrNotFound
-	}
-	if err != nil {
-		return Timer{}, fmt.Errorf("dao: get timer by request id: %w", err)
-	}
-	return t, nil
+	return getRow[Timer](ctx, s.db, "get timer by request id",
+		"SELECT "+timerCols+" FROM timer WHERE app = ? AND request_id = ?", app, requestID)
 }
 
 // GetTimer returns a non-deleted timer; ErrNotFound otherwise.
@@ -91,15 +84,8 @@ func (s *Store) GetTimer(ctx context.Context, id int64) (Timer, error) {
 }
 
 func getTimer(ctx context.Context, q queryer, id int64) (Timer, error) {
-	var t Timer
-	err := q.GetContext(ctx, &t, "SELECT "+timerCols+" FROM timer WHERE id = ? AND status <> ?", id, StatusDeleted)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Timer{}, ErrNotFound
-	}
-	if err != nil {
-		return Timer{}, fmt.Errorf("dao: get timer %d: %w", id, err)
-	}
-	return t, nil
+	return getRow[Timer](ctx, q, "get timer",
+		"SELECT "+timerCols+" FROM timer WHERE id = ? AND status <> ?", id, StatusDeleted)
 }
 
 // getTimersChunk bounds the IN list of one query.
