@@ -526,12 +526,8 @@ func (a *API) listBatches(c *gin.Context) {
 		a.fail(c, fmt.Errorf("listing batches: %w", err))
 		return
 	}
-	items, next := pageOf(js, pg.limit, func(j dao.BatchJob) int64 { return j.ID })
-	out := List[Batch]{Items: make([]Batch, 0, len(items)), NextCursor: next}
-	for _, j := range items {
-		out.Items = append(out.Items, batchView(j, nil))
-	}
-	writeJSON(c, http.StatusOK, out)
+	writeJSON(c, http.StatusOK, listPage(js, pg.limit, func(j dao.BatchJob) int64 { return j.ID },
+		func(j dao.BatchJob) Batch { return batchView(j, nil) }))
 }
 
 // GET /api/v1/batches/:id/tasks?status=&limit=&cursor=
@@ -550,12 +546,7 @@ func (a *API) listBatchTasks(c *gin.Context) {
 		a.fail(c, fmt.Errorf("listing tasks of batch %d: %w", id, err))
 		return
 	}
-	items, next := pageOf(ts, pg.limit, func(t dao.BatchTask) int64 { return t.ID })
-	out := List[BatchTask]{Items: make([]BatchTask, 0, len(items)), NextCursor: next}
-	for _, t := range items {
-		out.Items = append(out.Items, batchTaskView(t))
-	}
-	writeJSON(c, http.StatusOK, out)
+	writeJSON(c, http.StatusOK, listPage(ts, pg.limit, func(t dao.BatchTask) int64 { return t.ID }, batchTaskView))
 }
 
 // POST /api/v1/batches/:id/cancel

@@ -52,10 +52,9 @@ func (a *API) listExecutions(c *gin.Context) {
 		a.fail(c, fmt.Errorf("getting timer %d: %w", id, err))
 		return
 	}
-	out := List[Execution]{Items: []Execution{}}
 	if toSet && toMS <= 0 {
 		// Nothing is scheduled before 1970; the store reads ToMS <= 0 as "no bound".
-		writeJSON(c, http.StatusOK, out)
+		writeJSON(c, http.StatusOK, List[Execution]{Items: []Execution{}})
 		return
 	}
 	if !fromSet || fromMS < 0 {
@@ -71,12 +70,7 @@ func (a *API) listExecutions(c *gin.Context) {
 		a.fail(c, fmt.Errorf("listing executions of timer %d: %w", id, err))
 		return
 	}
-	items, next := pageOf(execs, pg.limit, func(e dao.Execution) int64 { return e.ID })
-	out.NextCursor = next
-	for _, e := range items {
-		out.Items = append(out.Items, executionView(e))
-	}
-	writeJSON(c, http.StatusOK, out)
+	writeJSON(c, http.StatusOK, listPage(execs, pg.limit, func(e dao.Execution) int64 { return e.ID }, executionView))
 }
 
 // queryTime reads an RFC 3339 query parameter as unix milliseconds, rounded up: the bounds

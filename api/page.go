@@ -69,14 +69,19 @@ func decodeCursor(s string) (int64, bool) {
 	return id, true
 }
 
-// pageOf cuts rows fetched with limit+1 to limit and returns the cursor of the next page, ""
-// when this is the last.
-func pageOf[T any](rows []T, limit int, id func(T) int64) ([]T, string) {
-	if len(rows) <= limit {
-		return rows, ""
+// listPage is the response of a list endpoint from rows fetched with limit+1: at most limit
+// items in their JSON form, and the cursor of the next page ("" when this is the last).
+func listPage[R, V any](rows []R, limit int, id func(R) int64, view func(R) V) List[V] {
+	next := ""
+	if len(rows) > limit {
+		rows = rows[:limit]
+		next = encodeCursor(id(rows[limit-1]))
 	}
-	rows = rows[:limit]
-	return rows, encodeCursor(id(rows[limit-1]))
+	out := List[V]{Items: make([]V, 0, len(rows)), NextCursor: next}
+	for _, r := range rows {
+		out.Items = append(out.Items, view(r))
+	}
+	return out
 }
 
 // listQuery is what every list endpoint reads first: the query string, the page, and an

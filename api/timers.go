@@ -96,12 +96,8 @@ func (a *API) listTimers(c *gin.Context) {
 		return
 	}
 	now := a.clock.Now()
-	items, next := pageOf(timers, pg.limit, func(t dao.Timer) int64 { return t.ID })
-	out := List[Timer]{Items: make([]Timer, 0, len(items)), NextCursor: next}
-	for _, t := range items {
-		out.Items = append(out.Items, timerView(t, now))
-	}
-	writeJSON(c, http.StatusOK, out)
+	writeJSON(c, http.StatusOK, listPage(timers, pg.limit, func(t dao.Timer) int64 { return t.ID },
+		func(t dao.Timer) Timer { return timerView(t, now) }))
 }
 
 // PATCH /api/v1/timers/:id
