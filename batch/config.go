@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -51,30 +52,14 @@ const (
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.QueueSize == 0 {
-		c.QueueSize = DefaultQueueSize
-	}
-	if c.Workers == 0 {
-		c.Workers = DefaultWorkers
-	}
-	if c.ScanInterval == 0 {
-		c.ScanInterval = DefaultScanInterval
-	}
-	if c.RefreshInterval == 0 {
-		c.RefreshInterval = DefaultRefreshInterval
-	}
-	if c.StalledScans == 0 {
-		c.StalledScans = DefaultStalledScans
-	}
-	if c.MaxRetries == 0 {
-		c.MaxRetries = DefaultMaxRetries
-	}
-	if c.LeaseGrace == 0 {
-		c.LeaseGrace = DefaultLeaseGrace
-	}
-	if c.MaxTargets == 0 {
-		c.MaxTargets = DefaultMaxTargets
-	}
+	c.QueueSize = cmp.Or(c.QueueSize, DefaultQueueSize)
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.ScanInterval = cmp.Or(c.ScanInterval, DefaultScanInterval)
+	c.RefreshInterval = cmp.Or(c.RefreshInterval, DefaultRefreshInterval)
+	c.StalledScans = cmp.Or(c.StalledScans, DefaultStalledScans)
+	c.MaxRetries = cmp.Or(c.MaxRetries, DefaultMaxRetries)
+	c.LeaseGrace = cmp.Or(c.LeaseGrace, DefaultLeaseGrace)
+	c.MaxTargets = cmp.Or(c.MaxTargets, DefaultMaxTargets)
 	return c
 }
 

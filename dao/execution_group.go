@@ -237,19 +237,14 @@ func (s *Store) RecordAttempts(ctx context.Context, ps []RecordAttemptParams) ([
 		if err := tx.SelectContext(ctx, &live, q, args...); err != nil {
 			return fmt.Errorf("find running: %w", err)
 		}
-		type key struct {
-			id      int64
-			attempt int
-			owner   string
-		}
-		running := make(map[key]bool, len(live))
+		running := make(map[attemptKey]bool, len(live))
 		for _, l := range live {
-			running[key{l.ID, l.Attempt, l.Owner}] = true
+			running[attemptKey{l.ID, l.Attempt, l.Owner}] = true
 		}
 		var held, gone []int
 		for _, i := range valid {
 			p := ps[i]
-			if running[key{p.ID, p.Attempt, truncate(p.Owner, MaxOwnerLen)}] {
+			if running[keyOfAttempt(p)] {
 				held = append(held, i)
 			} else {
 				gone = append(gone, i)
@@ -309,23 +304,29 @@ func (s *Store) recordEach(ctx context.Context, ps []RecordAttemptParams, valid 
 	return errs, nil
 }
 
+// attemptKey names one attempt of an execution by one owner.
+type attemptKey struct {
+	id      int64
+	attempt int
+	owner   string
+}
+
+func keyOfAttempt(p RecordAttemptParams) attemptKey {
+	return attemptKey{p.ID, p.Attempt, truncate(p.Owner, MaxOwnerLen)}
+}
+
 // updateAttempts sets the new state of the held executions in one UPDATE: each column is a
 // CASE over the ids.
 func (s *Store) updateAttempts(ctx context.Context, tx *sqlx.Tx, ps []RecordAttemptParams, held []int) error {
 	if len(held) == 0 {
 		return nil
 	}
+	// The SET columns of recordUpdateQuery, in its order.
 	cols := []string{"status", "owner", "next_retry_ms", "http_status", "error", "response", "duration_ms", "finished_ms", "updated_ms"}
 	vals := make([][]any, len(cols))
 	for _, i := range held {
 		p := ps[i]
-		owner, finished, next := truncate(p.Owner, MaxOwnerLen), p.NowMS, int64(0)
-		if p.Status == ExecPending {
-			// A pending execution keeps no owner: the retry poller of any instance claims it.
-			owner, finished, next = "", 0, p.NextRetryMS
-		}
-		row := []any{p.Status, owner, next, p.HTTPStatus, truncate(p.Error, MaxErrorLen), truncate(p.Response, MaxResponseLen),
-			p.DurationMS, finished, p.NowMS}
+		row := recordUpdateArgs(p)[:len(cols)] // the SET values of the single-row update, in cols order
 		for c := range cols {
 			vals[c] = append(vals[c], p.ID, row[c])
 		}
@@ -395,18 +396,13 @@ func (s *Store) sortGone(ctx context.Context, tx *sqlx.Tx, ps []RecordAttemptPar
 	if err := tx.SelectContext(ctx, &rows, q, args...); err != nil {
 		return fmt.Errorf("find recorded attempts: %w", err)
 	}
-	type key struct {
-		id      int64
-		attempt int
-		owner   string
-	}
-	recorded := make(map[key]bool, len(rows))
+	recorded := make(map[attemptKey]bool, len(rows))
 	for _, r := range rows {
-		recorded[key{r.TaskID, r.Attempt, r.Owner}] = true
+		recorded[attemptKey{r.TaskID, r.Attempt, r.Owner}] = true
 	}
 	for _, i := range gone {
 		p := ps[i]
-		if !recorded[key{p.ID, p.Attempt, truncate(p.Owner, MaxOwnerLen)}] {
+		if !recorded[keyOfAttempt(p)] {
 			errs[i] = ErrNotFound
 		}
 	}
