@@ -2,8 +2,10 @@ package test
 
 import (
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -220,5 +222,44 @@ func TestFiringMariaDBRedisRealClock(t *testing.T) {
 	b := realBackend(t)
 	recv := newReceiver(t)
 	api := startApp(t, b.config(t, "real-1"))
-	runFiring(t, []client{api}, recv, scenario{periodic: 120, cron: 30, oneShots: 50, run: 6 * time.Second})
+	all, _ := runFiring(t, []client{api}, recv, scenario{periodic: 120, cron: 30, oneShots: 50, run: 6 * time.Second})
+	checkEngineMetrics(t, api, len(all))
+}
+
+// checkEngineMetrics reads /metrics of the one instance that made every delivery: each
+// delivered occurrence is an execution that succeeded and a lateness sample, and the engine
+// took slice locks and stamped occurrences.
+func checkEngineMetrics(t *testing.T, api client, delivered int) {
+	t.Helper()
+	resp, err := api.http.Get(api.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	value := func(series string) float64 {
+		for _, line := range strings.Split(string(raw), "\n") {
+			if rest, ok := strings.CutPrefix(line, series+" "); ok {
+				v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+				if err != nil {
+					t.Fatalf("%s: %q", series, line)
+				}
+				return v
+			}
+		}
+		t.Fatalf("/metrics lacks %s", series)
+		return 0
+	}
+	if got := value(`tock_executions_total{outcome="succeeded"}`); int(got) < delivered {
+		t.Errorf("tock_executions_total{succeeded} = %v, want at least the %d deliveries", got, delivered)
+	}
+	if got := value("tock_lateness_seconds_count"); int(got) < delivered {
+		t.Errorf("tock_lateness_seconds_count = %v, want at least the %d deliveries", got, delivered)
+	}
+	for _, series := range []string{"tock_slice_locks_taken_total", `tock_occurrences_stamped_total{source="change"}`} {
+		if value(series) <= 0 {
+			t.Errorf("%s is 0", series)
+		}
+	}
+	t.Logf("metrics: succeeded %v, lateness samples %v", value(`tock_executions_total{outcome="succeeded"}`), value("tock_lateness_seconds_count"))
 }
